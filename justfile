@@ -1,0 +1,55 @@
+# Tally task runner. `just` lists the recipes.
+
+set dotenv-load := false
+
+# list the recipes
+default:
+    @just --list --unsorted
+
+# --- setup -------------------------------------------------------------------------------------
+
+# create .venv and install Tally with its test and dev tools (editable)
+[group('setup')]
+install:
+    python3 -m venv .venv
+    .venv/bin/pip install -q --upgrade pip
+    .venv/bin/pip install -q -e ".[dev]"
+
+# --- serve -------------------------------------------------------------------------------------
+
+# run Tally on embedded storage (dev mode when no JWT settings are given)
+[group('serve')]
+serve *ARGS:
+    .venv/bin/tally serve {{ARGS}}
+
+# apply schema/ to the configured ClickHouse
+[group('serve')]
+migrate:
+    .venv/bin/tally migrate
+
+# print a dev-mode session token for USER
+[group('serve')]
+token USER="dev":
+    .venv/bin/tally token --sub {{USER}}
+
+# --- test --------------------------------------------------------------------------------------
+
+# run the test suite (the same command CI runs, against the real engine)
+[group('test')]
+test *ARGS:
+    .venv/bin/python -m pytest {{ARGS}}
+
+# --- lint --------------------------------------------------------------------------------------
+
+# ruff lint and format check, mypy
+[group('lint')]
+lint:
+    .venv/bin/ruff check service tests benchmarks
+    .venv/bin/ruff format --check service tests benchmarks
+    .venv/bin/mypy
+
+# format the code
+[group('lint')]
+fmt:
+    .venv/bin/ruff format service tests benchmarks
+    .venv/bin/ruff check --fix service tests benchmarks

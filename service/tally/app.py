@@ -1,0 +1,126 @@
+"""The application factory: ``create_app(settings) -> Litestar``.
+
+Nothing reads the environment at import time. ``tally serve`` hands granian :func:`app_factory`,
+which loads settings in each worker; tests call :func:`create_app` with their own settings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from litestar import Litestar
+from litestar.config.cors import CORSConfig
+from litestar.datastructures import State
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.spec import Components, SecurityScheme
+
+from .config import Settings, load_settings
+from .http.auth import SessionVerifier
+from .http.controllers import ProjectController, collect, dashboard, health
+from .http.errors import EXCEPTION_HANDLERS
+from .http.ratelimit import RateLimits
+from .storage.client import Storage, parse_url
+from .storage.keys import KeyRegistry
+from .storage.migrate import migrate as apply_schema
+from .storage.projects import ProjectStore
+from .storage.writer import BatchWriter, InsertFn, events_inserter
+
+log = logging.getLogger("tally")
+
+OPENAPI = OpenAPIConfig(
+    title="Tally",
+    version="1.0.0",
+    description="Web analytics on ClickHouse: collect events, manage projects and keys, "
+    "read dashboards.",
+    path="/api/schema",
+    components=Components(
+        security_schemes={
+            "session": SecurityScheme(type="http", scheme="bearer", bearer_format="JWT"),
+            "apiKey": SecurityScheme(type="apiKey", name="x-api-key", security_scheme_in="header"),
+            "apiKeyQuery": SecurityScheme(type="apiKey", name="apiKey", security_scheme_in="query"),
+        }
+    ),
+)
+
+CORS = CORSConfig(
+    allow_origins=["*"],
+    allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
+    allow_headers=["content-type", "x-api-key", "authorization"],
+    max_age=86400,
+)
+
+
+def _noop_insert(rows: list[tuple[Any, ...]], token: str) -> None:
+    """Benchmark-only storage: measures the HTTP stack and decoder without ClickHouse."""
+
+
+def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
+    """Build the Tally app. ``migrate=True`` applies ``schema/`` at startup (tests, single process)."""
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        state = app.state
+        target = parse_url(settings.storage_url, settings.clickhouse_database)
+        log.info("storage: %s", target.description)
+        storage = await asyncio.to_thread(Storage, target, settings.clickhouse_pool_size)
+        if migrate:
+            await asyncio.to_thread(apply_schema, storage)
+        store = ProjectStore(storage)
+        keys = KeyRegistry(
+            store,
+            refresh_interval=settings.key_refresh_seconds,
+            usage_interval=settings.last_used_flush_seconds,
+        )
+        insert: InsertFn = _noop_insert if settings.bench_noop_storage else events_inserter(storage)
+        writer = BatchWriter(
+            insert,
+            max_events=settings.batch_max_events,
+            max_delay=settings.batch_max_delay_ms / 1000,
+            attempts=settings.insert_attempts,
+            backoff=settings.insert_retry_backoff_ms / 1000,
+            buffer_limit=settings.buffer_limit_events,
+        )
+        state.storage, state.store, state.registry, state.writer = storage, store, keys, writer
+        await keys.start()
+        writer.start()
+        try:
+            yield
+        finally:
+            # Drain first: every buffered event is stored (or refused) before storage closes.
+            await writer.stop()
+            try:
+                await keys.stop()
+            except Exception as exc:  # noqa: BLE001 - last-use times are best effort
+                log.warning("could not store last-use times: %s", exc)
+            storage.close()
+
+    state = State(
+        {
+            "settings": settings,
+            "sessions": SessionVerifier(settings),
+            "limits": RateLimits(settings),
+            "hash_ip": str,
+        }
+    )
+    return Litestar(
+        route_handlers=[ProjectController, collect, dashboard, health],
+        state=state,
+        lifespan=[lifespan],
+        exception_handlers=EXCEPTION_HANDLERS,
+        openapi_config=OPENAPI,
+        cors_config=CORS,
+        logging_config=None,
+        debug=False,
+    )
+
+
+def app_factory() -> Litestar:
+    """Entry point for granian workers: settings from the environment of the worker."""
+    settings = load_settings()
+    logging.basicConfig(level=settings.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return create_app(settings)

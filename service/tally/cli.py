@@ -1,0 +1,123 @@
+"""The ``tally`` command: serve, migrate, token."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+
+import click
+
+from .config import Settings, dev_secret, load_settings, settings_to_env
+
+log = logging.getLogger("tally")
+
+
+def _setup_logging(settings: Settings) -> None:
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Tally: web analytics on ClickHouse."""
+
+
+@main.command()
+@click.option("--quiet", is_flag=True, help="Print nothing when there is nothing new.")
+def migrate(quiet: bool) -> None:
+    """Apply schema/ to the configured ClickHouse (idempotent, ordered, recorded)."""
+    from .storage.client import Storage, parse_url
+    from .storage.migrate import migrate as apply_schema
+
+    settings = load_settings()
+    _setup_logging(settings)
+    try:
+        target = parse_url(settings.storage_url, settings.clickhouse_database)
+    except ValueError as exc:
+        raise SystemExit(f"tally: invalid TALLY_CLICKHOUSE_URL: {exc}") from None
+    try:
+        storage = Storage(target, pool_size=1)
+    except Exception as exc:  # noqa: BLE001 - any connection failure ends the command
+        raise SystemExit(f"tally: cannot reach {target.description}: {exc}") from None
+    try:
+        applied = apply_schema(storage)
+    except Exception as exc:  # noqa: BLE001
+        raise SystemExit(f"tally: cannot apply the schema to {target.description}: {exc}") from None
+    finally:
+        storage.close()
+    if applied:
+        click.echo(f"applied {len(applied)} migration(s) to {target.description}: "
+                   + ", ".join(applied))
+    elif not quiet:
+        click.echo(f"schema of {target.description} is up to date")
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=int)
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(min=1))
+def serve(host: str, port: int, workers: int) -> None:
+    """Run the HTTP API under granian (applies the schema first)."""
+    from granian import Granian
+    from granian.constants import Interfaces
+
+    settings = load_settings()
+    _setup_logging(settings)
+    if settings.embedded and workers > 1:
+        raise SystemExit(
+            "tally: the embedded ClickHouse engine allows one process, so --workers must be 1. "
+            "Point TALLY_CLICKHOUSE_URL at a ClickHouse server to run several workers."
+        )
+    if settings.dev_mode:
+        dev_secret(settings)
+        log.warning(
+            "dev mode: no TALLY_JWT_SECRET or TALLY_JWKS_URL set; sessions are signed with a "
+            "random secret kept in %s. Run `tally token --sub USER` for a session token.",
+            settings.data_path,
+        )
+    # The schema is applied by a child process, so that this one never holds the embedded
+    # engine that the worker is about to open.
+    env = {**os.environ, **settings_to_env(settings)}
+    done = subprocess.run([sys.executable, "-m", "tally", "migrate", "--quiet"], env=env)
+    if done.returncode != 0:
+        raise SystemExit("tally: not starting, the schema could not be applied (see above)")
+    os.environ.update(settings_to_env(settings))
+    server = Granian(
+        "tally.app:app_factory",
+        factory=True,
+        interface=Interfaces.ASGI,
+        address=host,
+        port=port,
+        workers=workers,
+        log_access=False,
+        workers_kill_timeout=settings.shutdown_timeout_seconds,
+    )
+    log.info("Tally listening on http://%s:%d", host, port)
+    server.serve()
+
+
+@main.command()
+@click.option("--sub", required=True, help="User id (the token's sub claim).")
+@click.option("--ttl", default=86400, show_default=True, type=click.IntRange(min=1),
+              help="Lifetime in seconds.")
+def token(sub: str, ttl: int) -> None:
+    """Print a signed session token (shared-secret or dev mode only)."""
+    from .http.auth import issue_token
+
+    settings = load_settings()
+    if settings.jwks_url:
+        raise SystemExit("tally: sessions come from your identity provider (TALLY_JWKS_URL is set)")
+    secret = settings.jwt_secret or dev_secret(settings)
+    claims = {}
+    if settings.jwt_issuer:
+        claims["iss"] = settings.jwt_issuer
+    if settings.jwt_audience:
+        claims["aud"] = settings.jwt_audience
+    click.echo(issue_token(secret, sub, ttl, **claims))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""Settings: environment variables prefixed ``TALLY_``, optionally completed by a ``.env`` file.
+
+Nothing here runs at import time; :func:`load_settings` is called by the CLI and by tests, which
+build their own :class:`Settings` directly.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from dotenv import dotenv_values
+
+ENV_PREFIX = "TALLY_"
+DEV_SECRET_FILE = "dev-jwt-secret"
+
+
+class Settings(msgspec.Struct, kw_only=True, frozen=True):
+    """Every knob Tally has. Field ``foo_bar`` is read from ``TALLY_FOO_BAR``."""
+
+    # Storage. ``chdb:///abs/path`` (embedded engine) or ``http(s)://user:pw@host:port/db``.
+    # Empty means embedded storage under ``<data_dir>/clickhouse``.
+    clickhouse_url: str = ""
+    # Database used when the URL does not name one (embedded URLs may add ``?database=``).
+    clickhouse_database: str = "tally"
+    # Clients in the pool: dashboard queries run concurrently on separate clients.
+    clickhouse_pool_size: int = 8
+    # Working folder for the embedded engine and the dev-mode secret.
+    data_dir: str = ".tally"
+
+    # Sessions (JWT from the identity provider).
+    jwt_secret: str = ""
+    jwks_url: str = ""
+    jwt_issuer: str = ""
+    jwt_audience: str = ""
+    jwt_algorithms: str = ""  # comma-separated; default HS256 with a secret, RS256,ES256 with JWKS
+    jwks_cache_seconds: float = 300.0
+    jwks_refetch_cooldown_seconds: float = 30.0
+
+    # Ingestion: group commit.
+    batch_max_events: int = 20_000
+    batch_max_delay_ms: float = 2.0
+    insert_attempts: int = 4
+    insert_retry_backoff_ms: float = 100.0
+
+    # API-key registry refresh (bounds how long a revocation takes to reach other processes).
+    key_refresh_seconds: float = 2.0
+    last_used_flush_seconds: float = 5.0
+
+    # Rate limits, in the notation of the ``limits`` package ("N/second", "N/minute", ...);
+    # an empty string disables one. Generous by default: they stop abuse, not traffic.
+    collect_limit_per_key: str = "10000/second"
+    collect_limit_per_ip: str = "10000/second"
+    session_limit_per_user: str = "100/second"
+    # Events buffered (waiting for their INSERT) above which collect sheds load with 503.
+    buffer_limit_events: int = 200_000
+
+    # How long a stopping worker may take to finish requests and flush its buffer.
+    shutdown_timeout_seconds: int = 30
+
+    log_level: str = "INFO"
+
+    # Benchmark-only: acknowledge events without storing them, to measure the HTTP stack's
+    # ceiling. Never set this in production.
+    bench_noop_storage: bool = False
+
+    # --- derived helpers -------------------------------------------------------------------
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir).expanduser().resolve()
+
+    @property
+    def storage_url(self) -> str:
+        """The ClickHouse URL with the embedded default filled in."""
+        if self.clickhouse_url:
+            return self.clickhouse_url
+        return f"chdb://{self.data_path / 'clickhouse'}"
+
+    @property
+    def embedded(self) -> bool:
+        return self.storage_url.startswith("chdb:")
+
+    @property
+    def dev_mode(self) -> bool:
+        """No identity provider configured: sessions are signed with a local random secret."""
+        return not self.jwt_secret and not self.jwks_url
+
+    @property
+    def algorithms(self) -> list[str]:
+        if self.jwt_algorithms:
+            return [a.strip() for a in self.jwt_algorithms.split(",") if a.strip()]
+        return ["RS256", "ES256"] if self.jwks_url else ["HS256"]
+
+
+def _read_env(environ: dict[str, str] | None, env_file: str | Path | None) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    if env_file is not None and Path(env_file).is_file():
+        values.update(
+            {k: v for k, v in dotenv_values(env_file).items() if k.startswith(ENV_PREFIX)}
+        )
+    env = os.environ if environ is None else environ
+    values.update({k: v for k, v in env.items() if k.startswith(ENV_PREFIX)})
+    fields = set(Settings.__struct_fields__)
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        name = key[len(ENV_PREFIX) :].lower()
+        if name in fields and value is not None:
+            out[name] = value
+    return out
+
+
+def load_settings(
+    environ: dict[str, str] | None = None, env_file: str | Path | None = ".env", **overrides: Any
+) -> Settings:
+    """Build settings from ``TALLY_*`` variables (environment wins over ``.env``) and overrides."""
+    raw = _read_env(environ, env_file)
+    raw.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        settings = msgspec.convert(raw, Settings, strict=False)
+    except msgspec.ValidationError as exc:
+        raise SystemExit(f"tally: invalid configuration: {exc}") from None
+    # Resolve the data folder now, so that workers started elsewhere agree on it.
+    return msgspec.structs.replace(settings, data_dir=str(settings.data_path))
+
+
+def settings_to_env(settings: Settings) -> dict[str, str]:
+    """The environment that reproduces ``settings`` in another process (granian workers)."""
+    env: dict[str, str] = {}
+    for name in Settings.__struct_fields__:
+        value = getattr(settings, name)
+        env[ENV_PREFIX + name.upper()] = str(value)
+    return env
+
+
+def dev_secret(settings: Settings, create: bool = True) -> str:
+    """The dev-mode HS256 secret kept in the data folder, created on first use."""
+    path = settings.data_path / DEV_SECRET_FILE
+    if path.is_file():
+        return path.read_text().strip()
+    if not create:
+        raise FileNotFoundError(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    secret = secrets.token_urlsafe(48)
+    # Exclusive create: two processes racing to create it agree on the first one written.
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secret)
+    return secret

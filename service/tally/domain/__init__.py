@@ -1,0 +1,1 @@
+"""Domain rules in plain Python: ids and keys, event enrichment, metric definitions."""

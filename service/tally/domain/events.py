@@ -1,0 +1,108 @@
+"""From a validated collect request to the rows stored in ``events``.
+
+Rules (CONTRACT.md): ``occurredAt`` without an offset is UTC; omitted, it is the receipt time; later
+than receipt, it is stored as the receipt time. ``metadata.browser``/``os``/``deviceType`` fall back
+to what the User-Agent says when absent (or not a non-empty string). ``metadata.durationMs`` is
+kept as a duration when it is a number >= 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+import msgspec
+
+from .useragent import classify
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+_encode = msgspec.json.Encoder().encode
+
+
+class InvalidEvent(ValueError):
+    """An event that passed the schema but breaks a rule the schema cannot express."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.message = message
+
+
+class EventLike(Protocol):
+    name: str
+    path: str | None
+    url: str | None
+    referrer: str | None
+    session_id: str | None
+    visitor_id: str | None
+    occurred_at: datetime | None
+    metadata: dict[str, Any] | None
+
+
+def to_millis(dt: datetime) -> int:
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return (dt - EPOCH) // _MS
+
+
+def _text(metadata: dict[str, Any], key: str, fallback: str) -> str:
+    value = metadata.get(key)
+    return value if isinstance(value, str) and value else fallback
+
+
+def _duration(metadata: dict[str, Any]) -> float | None:
+    value = metadata.get("durationMs")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def to_rows(
+    events: Sequence[EventLike],
+    *,
+    project_id: str,
+    key_id: str,
+    received_ms: int,
+    ip: str,
+    user_agent: str,
+) -> list[tuple[Any, ...]]:
+    """One row per event, in the column order of ``storage.writer.EVENT_COLUMNS``."""
+    client = classify(user_agent)
+    rows = []
+    for index, event in enumerate(events):
+        if event.occurred_at is None:
+            occurred = received_ms
+        else:
+            occurred = to_millis(event.occurred_at)
+            if occurred < 0:
+                raise InvalidEvent(
+                    f"$.events[{index}].occurredAt", "must not be before 1970-01-01T00:00:00Z"
+                )
+            occurred = min(occurred, received_ms)
+        metadata = event.metadata or {}
+        rows.append(
+            (
+                project_id,
+                event.name,
+                occurred,
+                received_ms,
+                event.path or "",
+                event.url or "",
+                event.referrer or "",
+                event.session_id or "",
+                event.visitor_id or "",
+                _text(metadata, "browser", client.browser),
+                _text(metadata, "os", client.os),
+                _text(metadata, "deviceType", client.device_type),
+                _duration(metadata),
+                _encode(metadata).decode() if metadata else "{}",
+                ip,
+                user_agent,
+                key_id,
+            )
+        )
+    return rows

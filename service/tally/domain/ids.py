@@ -1,0 +1,62 @@
+"""Identifiers, API keys and times as CONTRACT.md defines them."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import time
+from datetime import UTC, datetime
+
+KEY_PREFIX = "tk_"
+OBJECT_ID_PATTERN = "^[0-9a-f]{24}$"
+
+
+def object_id(now: float | None = None) -> str:
+    """24 lowercase hex characters: 4-byte creation time (seconds) + 8 random bytes."""
+    seconds = int(time.time() if now is None else now) & 0xFFFFFFFF
+    return f"{seconds:08x}{os.urandom(8).hex()}"
+
+
+def new_api_key() -> str:
+    """A new API key: the ``tk_`` prefix and 192 random bits, URL-safe."""
+    return KEY_PREFIX + secrets.token_urlsafe(24)
+
+
+def hash_key(key: str) -> str:
+    """What is stored instead of the key. Keys carry 192 random bits, so a fast hash suffices."""
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def key_preview(key: str) -> str:
+    """First 7 characters, an ellipsis (U+2026), the last 4."""
+    return f"{key[:7]}\u2026{key[-4:]}"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def as_utc(dt: datetime) -> datetime:
+    """Aware UTC datetime; naive values (as some engines return them) are taken as UTC."""
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+
+
+def iso(dt: datetime) -> str:
+    """ISO 8601 UTC with milliseconds and ``Z``, e.g. ``2026-11-22T10:12:26.123Z``."""
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    else:
+        dt = dt.astimezone(UTC)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+
+
+_last_version = 0
+
+
+def next_version() -> int:
+    """A strictly increasing row version (microseconds since the epoch) for this process."""
+    global _last_version
+    now = time.time_ns() // 1000
+    _last_version = max(now, _last_version + 1)
+    return _last_version

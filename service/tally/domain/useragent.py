@@ -1,0 +1,47 @@
+"""Browser, OS and device type from a User-Agent string, via the ua-parser project's rules."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import NamedTuple
+
+from ua_parser import parse
+
+UNKNOWN = "Unknown"
+_TABLET_HINTS = ("ipad", "tablet", "kindle", "silk", "playbook")
+_MOBILE_OS = {"ios", "android", "windows phone", "blackberry os", "kaios", "firefox os"}
+
+
+class Client(NamedTuple):
+    browser: str
+    os: str
+    device_type: str
+
+
+@lru_cache(maxsize=4096)
+def classify(user_agent: str) -> Client:
+    """Browser family, OS family and one of desktop/mobile/tablet/bot (``Unknown`` if unsure)."""
+    if not user_agent:
+        return Client(UNKNOWN, UNKNOWN, UNKNOWN)
+    result = parse(user_agent)
+    browser = result.user_agent.family if result.user_agent else "Other"
+    os_family = result.os.family if result.os else "Other"
+    device = result.device.family if result.device else "Other"
+    lowered = user_agent.lower()
+    if device == "Spider" or "bot" in lowered or "spider" in lowered or "crawl" in lowered:
+        device_type = "bot"
+    elif any(hint in lowered for hint in _TABLET_HINTS) or (
+        os_family == "Android" and "mobile" not in lowered
+    ):
+        device_type = "tablet"
+    elif os_family.lower() in _MOBILE_OS or "mobile" in lowered:
+        device_type = "mobile"
+    elif os_family in ("Other", ""):
+        device_type = UNKNOWN
+    else:
+        device_type = "desktop"
+    return Client(
+        browser if browser != "Other" else UNKNOWN,
+        os_family if os_family != "Other" else UNKNOWN,
+        device_type,
+    )

@@ -1,0 +1,155 @@
+"""Credentials: identity-provider sessions (JWT) and project API keys, checked by Litestar guards.
+
+Guards run before the request body is read, so a request without valid credentials is answered
+401 whatever its body is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import jwt
+from jwt import PyJWK, PyJWKClient
+from litestar.connection import ASGIConnection
+from litestar.exceptions import NotAuthorizedException
+from litestar.handlers.base import BaseRouteHandler
+
+from ..config import Settings, dev_secret
+from ..domain.ids import hash_key
+
+log = logging.getLogger("tally.auth")
+
+SESSION_COOKIE = "tally_session"
+LEEWAY_SECONDS = 30
+
+
+class Unauthorized(NotAuthorizedException):
+    """401 with the error string the contract names."""
+
+    def __init__(self, error: str = "Unauthorized") -> None:
+        super().__init__(detail=error)
+
+
+class JwksKeys:
+    """Signing keys from the identity provider's JWKS endpoint.
+
+    Keys are cached for ``cache_seconds``; a token with an unknown ``kid`` triggers a refetch, but
+    at most once per ``cooldown_seconds``, so forged kids cannot make Tally hammer the provider.
+    Fetches run in a worker thread, never on the event loop.
+    """
+
+    def __init__(self, url: str, cache_seconds: float = 300.0, cooldown_seconds: float = 30.0):
+        self._client = PyJWKClient(url, cache_jwk_set=False, cache_keys=False, timeout=5)
+        self.cache_seconds = cache_seconds
+        self.cooldown_seconds = cooldown_seconds
+        self._keys: dict[str, PyJWK] = {}
+        self._fetched_at = -float("inf")
+        self._lock = asyncio.Lock()
+        self.fetches = 0
+
+    async def get(self, kid: str) -> PyJWK | None:
+        fresh = time.monotonic() - self._fetched_at < self.cache_seconds
+        if kid in self._keys and fresh:
+            return self._keys[kid]
+        async with self._lock:
+            elapsed = time.monotonic() - self._fetched_at
+            stale = elapsed >= self.cache_seconds
+            if (kid not in self._keys and elapsed >= self.cooldown_seconds) or stale:
+                await self._fetch()
+        return self._keys.get(kid)
+
+    async def _fetch(self) -> None:
+        self._fetched_at = time.monotonic()
+        self.fetches += 1
+        try:
+            jwk_set = await asyncio.to_thread(self._client.get_jwk_set, True)
+        except Exception as exc:  # noqa: BLE001 - keep the old keys; the token will be refused
+            log.warning("JWKS fetch failed: %s", exc)
+            return
+        self._keys = {k.key_id: k for k in jwk_set.keys if k.key_id}
+
+
+class SessionVerifier:
+    """Verifies session tokens: pinned algorithms, ``exp`` and ``sub`` required, iss/aud if set."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.algorithms = settings.algorithms
+        self.issuer = settings.jwt_issuer or None
+        self.audience = settings.jwt_audience or None
+        self.jwks: JwksKeys | None = None
+        self.secret = ""
+        if settings.jwks_url:
+            self.jwks = JwksKeys(
+                settings.jwks_url, settings.jwks_cache_seconds, settings.jwks_refetch_cooldown_seconds
+            )
+        else:
+            self.secret = settings.jwt_secret or dev_secret(settings)
+
+    async def verify(self, token: str) -> str:
+        """The ``sub`` of a valid token; raises Unauthorized otherwise."""
+        try:
+            header = jwt.get_unverified_header(token)
+            if header.get("alg") not in self.algorithms:
+                raise Unauthorized
+            key: Any = self.secret
+            if self.jwks is not None:
+                kid = header.get("kid")
+                jwk = await self.jwks.get(kid) if isinstance(kid, str) else None
+                if jwk is None:
+                    raise Unauthorized
+                key = jwk.key
+            claims = jwt.decode(
+                token,
+                key,
+                algorithms=self.algorithms,
+                audience=self.audience,
+                issuer=self.issuer,
+                leeway=LEEWAY_SECONDS,
+                options={"require": ["exp", "sub"], "verify_aud": self.audience is not None},
+            )
+        except jwt.PyJWTError:
+            raise Unauthorized from None
+        sub = claims.get("sub")
+        if not isinstance(sub, str) or not sub:
+            raise Unauthorized
+        return sub
+
+
+def issue_token(secret: str, sub: str, ttl: int = 3600, **claims: Any) -> str:
+    """An HS256 session token, for local use and tests."""
+    now = int(time.time())
+    return jwt.encode({"sub": sub, "iat": now, "exp": now + ttl, **claims}, secret, "HS256")
+
+
+def _bearer(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
+    header = connection.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    return connection.cookies.get(SESSION_COOKIE) or None
+
+
+async def session_guard(
+    connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler
+) -> None:
+    token = _bearer(connection)
+    if token is None:
+        raise Unauthorized
+    verifier: SessionVerifier = connection.app.state.sessions
+    connection.state.user_id = await verifier.verify(token)
+
+
+async def api_key_guard(
+    connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler
+) -> None:
+    # The header wins over the query parameter when both are present.
+    key = connection.headers.get("x-api-key") or connection.query_params.get("apiKey")
+    if not key:
+        raise Unauthorized("Missing API key")
+    record = await connection.app.state.registry.resolve(hash_key(key))
+    if record is None:
+        raise Unauthorized("Invalid API key")
+    connection.state.api_key = record

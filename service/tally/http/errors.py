@@ -1,0 +1,138 @@
+"""Every error leaves Tally as ``{"error": "...", "details"?: [...]}`` with the contract's status."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from litestar import MediaType, Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+from litestar.status_codes import (
+    HTTP_400_BAD_REQUEST,
+    HTTP_500_INTERNAL_SERVER_ERROR,
+    HTTP_503_SERVICE_UNAVAILABLE,
+)
+
+from ..domain.events import InvalidEvent
+from ..storage.writer import Overloaded, StorageUnavailable
+from .schemas import Error, ErrorDetail
+
+log = logging.getLogger("tally.http")
+
+INVALID_PAYLOAD = "Invalid payload"
+INVALID_QUERY = "Invalid query"
+
+# Errors whose text the contract fixes, by status, when the raiser did not choose one.
+_DEFAULT_ERRORS = {
+    400: INVALID_PAYLOAD,
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not found",
+    405: "Method not allowed",
+    413: "Payload too large",
+    415: "Unsupported media type",
+    429: "Too many requests",
+    503: "Storage unavailable",
+}
+# Errors raised by Tally itself carry their contract text as ``detail``.
+_OWN_ERRORS = {
+    "Unauthorized",
+    "Missing API key",
+    "Invalid API key",
+    "Project not found",
+    "Key not found",
+    "Too many requests",
+    "Storage unavailable",
+}
+
+
+def error_response(
+    status: int,
+    error: str,
+    details: list[ErrorDetail] | None = None,
+    headers: dict[str, str] | None = None,
+) -> Response[Error]:
+    return Response(
+        Error(error=error, details=details),
+        status_code=status,
+        media_type=MediaType.JSON,
+        headers=headers,
+    )
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _path(key: Any, in_query: bool = False) -> str:
+    if not key or key == "data":
+        return "$"
+    key = _camel(str(key)) if in_query else str(key)
+    return "$" + ("" if key.startswith("[") else ".") + key
+
+
+def validation_handler(_: Request[Any, Any, Any], exc: ValidationException) -> Response[Error]:
+    extra = exc.extra if isinstance(exc.extra, list) else []
+    in_query = any(isinstance(i, dict) and i.get("source") != "body" for i in extra) or (
+        "query parameter" in (exc.detail or "")
+    )
+    details = [
+        ErrorDetail(path=_path(item.get("key"), in_query), message=str(item.get("message", "")))
+        for item in extra
+        if isinstance(item, dict)
+    ]
+    if not details:
+        details = [ErrorDetail(path="$", message=_clean(exc.detail))]
+    return error_response(HTTP_400_BAD_REQUEST, INVALID_QUERY if in_query else INVALID_PAYLOAD,
+                          details)
+
+
+def _clean(detail: str | None) -> str:
+    if not detail:
+        return "invalid request"
+    if detail == "'data'":
+        return "a JSON body is required"
+    return detail
+
+
+def http_handler(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Error]:
+    status = exc.status_code
+    detail = exc.detail or ""
+    if detail in _OWN_ERRORS:
+        error = detail
+    else:
+        error = _DEFAULT_ERRORS.get(status, detail or "Error")
+    details = None
+    if status == HTTP_400_BAD_REQUEST:
+        # Malformed JSON and other body errors Litestar raises before validation.
+        details = [ErrorDetail(path="$", message=_clean(detail))]
+    return error_response(status, error, details, headers=dict(exc.headers or {}))
+
+
+def invalid_event_handler(_: Request[Any, Any, Any], exc: InvalidEvent) -> Response[Error]:
+    return error_response(
+        HTTP_400_BAD_REQUEST, INVALID_PAYLOAD, [ErrorDetail(path=exc.path, message=exc.message)]
+    )
+
+
+def storage_handler(_: Request[Any, Any, Any], exc: Exception) -> Response[Error]:
+    retry = "1" if isinstance(exc, Overloaded) else "2"
+    return error_response(
+        HTTP_503_SERVICE_UNAVAILABLE, "Storage unavailable", headers={"Retry-After": retry}
+    )
+
+
+def internal_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Error]:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(HTTP_500_INTERNAL_SERVER_ERROR, "Internal server error")
+
+
+EXCEPTION_HANDLERS: dict[Any, Any] = {
+    ValidationException: validation_handler,
+    HTTPException: http_handler,
+    InvalidEvent: invalid_event_handler,
+    StorageUnavailable: storage_handler,
+    Overloaded: storage_handler,
+    Exception: internal_handler,
+}

@@ -1,0 +1,174 @@
+"""Request and response payloads. Constraints live in the types; Litestar validates with them and
+documents them in the OpenAPI schema."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta, Struct
+
+from ..domain.ids import OBJECT_ID_PATTERN
+
+ObjectId = Annotated[
+    str,
+    Meta(pattern=OBJECT_ID_PATTERN, description="24-character object identifier (lowercase hex)"),
+]
+ProjectName = Annotated[str, Meta(min_length=2, max_length=60)]
+KeyLabel = Annotated[str, Meta(min_length=1, max_length=60)]
+Days = Annotated[int, Meta(ge=1, le=90, description="lookback window in UTC calendar days")]
+
+EventName = Annotated[str, Meta(min_length=1, max_length=100)]
+MetadataKey = Annotated[str, Meta(min_length=1, max_length=100)]
+MetadataValue = Annotated[str, Meta(max_length=1024)] | int | float | bool | None
+Metadata = Annotated[
+    dict[MetadataKey, MetadataValue],
+    Meta(max_length=50, description="at most 50 keys; values are strings, numbers, booleans or null"),
+]
+
+
+class Event(Struct, rename="camel", forbid_unknown_fields=True, omit_defaults=True):
+    """One event as an application sends it."""
+
+    name: EventName
+    path: Annotated[str, Meta(max_length=2048)] | None = None
+    url: Annotated[str, Meta(max_length=4096)] | None = None
+    referrer: Annotated[str, Meta(max_length=4096)] | None = None
+    session_id: Annotated[str, Meta(max_length=200)] | None = None
+    visitor_id: Annotated[str, Meta(max_length=200)] | None = None
+    occurred_at: datetime | None = None
+    metadata: Metadata | None = None
+
+
+class CollectBody(Struct, forbid_unknown_fields=True):
+    events: Annotated[list[Event], Meta(min_length=1, max_length=100)]
+
+
+class Accepted(Struct):
+    accepted: int
+
+
+class CreateProject(Struct, forbid_unknown_fields=True):
+    name: ProjectName
+
+
+class ProjectCreated(Struct, rename="camel"):
+    project_id: str
+    api_key: str
+
+
+class Project(Struct, rename="camel"):
+    id: str
+    name: str
+    created_at: str
+
+
+class ProjectList(Struct):
+    projects: list[Project]
+
+
+class CreateKey(Struct, rename="camel", forbid_unknown_fields=True):
+    project_id: ObjectId
+    label: KeyLabel | None = None
+
+
+class KeyCreated(Struct, rename="camel"):
+    api_key: str
+
+
+class ApiKey(Struct, rename="camel"):
+    id: str
+    label: str
+    key_preview: str
+    created_at: str
+    last_used_at: str | None
+
+
+class KeyList(Struct):
+    keys: list[ApiKey]
+
+
+class ErrorDetail(Struct):
+    path: str
+    message: str
+
+
+class Error(Struct, omit_defaults=True):
+    error: str
+    details: list[ErrorDetail] | None = None
+
+
+class Health(Struct):
+    status: str
+    storage: str
+
+
+# --- dashboard --------------------------------------------------------------------------------
+class Summary(Struct, rename="camel"):
+    total_events: int
+    pageviews: int
+    unique_visitors: int
+    unique_sessions: int
+    avg_session_duration_ms: int
+    bounce_rate: float
+
+
+class DayPoint(Struct):
+    day: str
+    events: int
+    pageviews: int
+
+
+class PathCount(Struct):
+    path: str
+    views: int
+
+
+class ReferrerCount(Struct):
+    referrer: str
+    count: int
+
+
+class BrowserCount(Struct):
+    browser: str
+    count: int
+
+
+class DeviceCount(Struct, rename="camel"):
+    device_type: str
+    count: int
+
+
+class NameCount(Struct):
+    name: str
+    count: int
+
+
+class HourCount(Struct):
+    hour: int
+    count: int
+
+
+class RecentEvent(Struct, rename="camel"):
+    id: str
+    name: str
+    path: str
+    visitor_id: str
+    occurred_at: str
+
+
+class Dashboard(Struct, rename="camel"):
+    summary: Summary
+    timeline: list[DayPoint]
+    top_paths: list[PathCount]
+    top_referrers: list[ReferrerCount]
+    browser_breakdown: list[BrowserCount]
+    device_breakdown: list[DeviceCount]
+    event_breakdown: list[NameCount]
+    hourly_heatmap: list[HourCount]
+    recent_events: list[RecentEvent]
+    live_visitors: int
+
+
+collect_decoder = msgspec.json.Decoder(CollectBody)

@@ -1,0 +1,1 @@
+"""Storage: everything that talks to ClickHouse. Nothing in here knows about HTTP."""

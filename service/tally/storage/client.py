@@ -1,0 +1,183 @@
+"""ClickHouse connections, configured by URL only.
+
+``chdb:///abs/path[?database=name]`` opens the embedded engine in this process;
+``http(s)://user:password@host:port/database`` talks to a ClickHouse server. Everything above this
+module sees the same :class:`Storage` API whichever it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import clickhouse_connect
+from clickhouse_connect.driver.client import Client
+
+T = TypeVar("T")
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+# Settings applied to every call. Tally batches inserts itself, so server-side async inserts
+# would only add latency, and its acknowledgement must mean "stored".
+SESSION_SETTINGS: dict[str, Any] = {"async_insert": 0}
+
+
+class StorageError(Exception):
+    """ClickHouse could not be reached or refused a statement."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the data lives, parsed from the URL."""
+
+    kind: str  # "chdb" or "http"
+    database: str
+    path: str = ""  # chdb data folder
+    host: str = ""
+    port: int = 0
+    username: str = ""
+    password: str = ""
+    secure: bool = False
+
+    @property
+    def description(self) -> str:
+        """The target without credentials, safe to log."""
+        if self.kind == "chdb":
+            return f"embedded ClickHouse at {self.path} (database {self.database})"
+        scheme = "https" if self.secure else "http"
+        return f"ClickHouse server {scheme}://{self.host}:{self.port} (database {self.database})"
+
+
+def parse_url(url: str, default_database: str = "tally") -> Target:
+    """Parse a Tally storage URL. Raises ValueError with a readable message."""
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    if parts.scheme == "chdb":
+        path = unquote(parts.path)
+        if parts.netloc or not path.startswith("/"):
+            raise ValueError(f"embedded storage needs an absolute path: chdb:///abs/path, got {url!r}")
+        database = query.get("database", [default_database])[0]
+        target = Target(kind="chdb", database=database, path=path)
+    elif parts.scheme in ("http", "https"):
+        database = unquote(parts.path.strip("/")) or query.get("database", [default_database])[0]
+        secure = parts.scheme == "https"
+        target = Target(
+            kind="http",
+            database=database,
+            host=parts.hostname or "localhost",
+            port=parts.port or (8443 if secure else 8123),
+            username=unquote(parts.username or "default"),
+            password=unquote(parts.password or ""),
+            secure=secure,
+        )
+    else:
+        raise ValueError(f"unsupported ClickHouse URL scheme {parts.scheme!r}: use chdb:// or http(s)://")
+    if not _IDENTIFIER.match(target.database):
+        raise ValueError(f"invalid database name {target.database!r}")
+    return target
+
+
+def connect(target: Target, database: str | None = None) -> Client:
+    """One clickhouse-connect client. ``database=""`` connects without selecting one."""
+    db = target.database if database is None else database
+    if target.kind == "chdb":
+        client = clickhouse_connect.get_client(
+            dsn=f"chdb://{target.path}", settings=dict(SESSION_SETTINGS)
+        )
+        if db:
+            client.command(f"CREATE DATABASE IF NOT EXISTS {db}")
+            client.database = db
+        return client
+    return clickhouse_connect.get_client(
+        host=target.host,
+        port=target.port,
+        username=target.username,
+        password=target.password,
+        secure=target.secure,
+        database=db or "default",
+        settings=dict(SESSION_SETTINGS),
+        connect_timeout=5,
+        send_receive_timeout=60,
+        autogenerate_session_id=False,
+    )
+
+
+class Storage:
+    """A pool of clients on one target. Calls are blocking; ``run`` moves them off the loop.
+
+    clickhouse-connect serialises the calls of one client object, so concurrency comes from
+    holding several: each thread borrows one for the length of a call.
+    """
+
+    def __init__(self, target: Target, pool_size: int = 4) -> None:
+        self.target = target
+        self.database = target.database
+        self._pool: queue.LifoQueue[Client] = queue.LifoQueue()
+        self._clients: list[Client] = []
+        first = connect(target, database="")
+        try:
+            first.command(f"CREATE DATABASE IF NOT EXISTS {self.database}")
+        finally:
+            first.close()
+        for _ in range(max(1, pool_size)):
+            client = connect(target)
+            self._clients.append(client)
+            self._pool.put(client)
+
+    @contextmanager
+    def client(self) -> Iterator[Client]:
+        client = self._pool.get()
+        try:
+            yield client
+        finally:
+            self._pool.put(client)
+
+    def close(self) -> None:
+        for client in self._clients:
+            try:
+                client.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+        self._clients.clear()
+
+    # --- blocking API ------------------------------------------------------------------------
+    def query(self, sql: str, parameters: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        with self.client() as client:
+            return client.query(sql, parameters=parameters).result_rows
+
+    def command(self, sql: str, parameters: dict[str, Any] | None = None) -> Any:
+        with self.client() as client:
+            return client.command(sql, parameters=parameters)
+
+    def insert(
+        self,
+        table: str,
+        columns: Sequence[Sequence[Any]],
+        column_names: Sequence[str],
+        settings: dict[str, Any] | None = None,
+    ) -> None:
+        """Column-oriented INSERT of one block."""
+        with self.client() as client:
+            client.insert(
+                table,
+                columns,
+                column_names=list(column_names),
+                column_oriented=True,
+                settings=settings,
+            )
+
+    # --- async API ---------------------------------------------------------------------------
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking storage call in a worker thread."""
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    async def aquery(
+        self, sql: str, parameters: dict[str, Any] | None = None
+    ) -> list[tuple[Any, ...]]:
+        return await self.run(self.query, sql, parameters)

@@ -1,0 +1,137 @@
+"""In-memory view of the API keys, so a collect request never queries ClickHouse for its key.
+
+The registry holds the hash of every live key. It refreshes incrementally every
+``refresh_interval`` seconds (bounding how long a key revoked by another process stays usable),
+and an unknown key triggers at most one early refresh per ``miss_interval`` for all callers
+together, so a key created by another process works almost at once while a flood of invalid keys
+costs at most a couple of queries a second. Keys created or revoked by this process take effect
+immediately. Last-use times are kept here and written in one INSERT every few seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from datetime import datetime, timedelta
+
+from ..domain.ids import utcnow
+from .projects import KeyRecord, ProjectStore
+
+log = logging.getLogger("tally.keys")
+
+# Rows written by another process may carry an updated_at slightly older than the moment they
+# became visible; re-reading this much history makes the incremental refresh safe against that.
+_OVERLAP = timedelta(seconds=30)
+
+
+class KeyRegistry:
+    def __init__(
+        self,
+        store: ProjectStore,
+        refresh_interval: float = 2.0,
+        miss_interval: float = 0.5,
+        usage_interval: float = 5.0,
+    ) -> None:
+        self.store = store
+        self.refresh_interval = refresh_interval
+        self.miss_interval = miss_interval
+        self.usage_interval = usage_interval
+        self._live: dict[str, KeyRecord] = {}  # key_hash -> record
+        self._since: datetime | None = None
+        self._last_refresh = 0.0
+        self._refreshing: asyncio.Task[None] | None = None
+        self._usage: dict[str, tuple[str, datetime]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.refreshes = 0
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self.refresh()
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._every(self.refresh_interval, self.refresh), name="key-refresh"),
+            loop.create_task(self._every(self.usage_interval, self.flush_usage), name="key-usage"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        await self.flush_usage()
+
+    async def _every(self, interval: float, fn: object) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await fn()  # type: ignore[operator]
+            except Exception as exc:  # noqa: BLE001 - keep serving from memory; retry next tick
+                log.warning("%s failed: %s", getattr(fn, "__name__", fn), exc)
+
+    # --- lookups -----------------------------------------------------------------------------
+    async def resolve(self, key_hash: str) -> KeyRecord | None:
+        """The live key with this hash, or None."""
+        record = self._live.get(key_hash)
+        if record is not None:
+            return record
+        if time.monotonic() - self._last_refresh >= self.miss_interval:
+            try:
+                await self.refresh()
+            except Exception as exc:  # noqa: BLE001 - an unknown key stays unknown
+                log.warning("key refresh failed: %s", exc)
+        return self._live.get(key_hash)
+
+    async def refresh(self) -> None:
+        """Read key changes since the last refresh; concurrent callers share one query."""
+        if self._refreshing is None or self._refreshing.done():
+            self._refreshing = asyncio.get_running_loop().create_task(self._refresh())
+        await asyncio.shield(self._refreshing)
+
+    async def _refresh(self) -> None:
+        started = time.monotonic()
+        since = None if self._since is None else self._since - _OVERLAP
+        changes = await asyncio.to_thread(self.store.key_changes, since)
+        for record in changes:
+            self.apply(record)
+            if self._since is None or record.updated_at > self._since:
+                self._since = record.updated_at
+        self._last_refresh = started
+        self.refreshes += 1
+
+    def apply(self, record: KeyRecord) -> None:
+        """Take a key's current state into memory (called for this process's own changes too)."""
+        if record.revoked:
+            current = self._live.get(record.key_hash)
+            if current is not None and current.updated_at <= record.updated_at:
+                del self._live[record.key_hash]
+        else:
+            current = self._live.get(record.key_hash)
+            if current is None or current.updated_at <= record.updated_at:
+                self._live[record.key_hash] = record
+
+    def forget(self, key_hash: str) -> None:
+        self._live.pop(key_hash, None)
+
+    # --- last use ----------------------------------------------------------------------------
+    def touch(self, record: KeyRecord, when: datetime | None = None) -> None:
+        self._usage[record.id] = (record.project_id, when or utcnow())
+
+    def pending_usage(self, key_id: str) -> datetime | None:
+        entry = self._usage.get(key_id)
+        return entry[1] if entry else None
+
+    async def flush_usage(self) -> None:
+        if not self._usage:
+            return
+        usage, self._usage = self._usage, {}
+        try:
+            await asyncio.to_thread(self.store.record_usage, usage)
+        except Exception:
+            # Put them back unless newer uses arrived meanwhile; they go out with the next flush.
+            for key_id, value in usage.items():
+                self._usage.setdefault(key_id, value)
+            raise

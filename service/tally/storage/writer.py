@@ -1,0 +1,212 @@
+"""Group commit: many requests' events, one INSERT, and an acknowledgement only once it is stored.
+
+Requests append rows to a shared buffer and wait. A single flusher task takes the whole buffer as
+one INSERT when it is old enough (``max_delay``) or big enough (``max_events``); while that INSERT
+runs, the next batch accumulates, so under load a request waits about one INSERT's time. A failed
+INSERT is retried with the same ``insert_deduplication_token``, so a retry of an INSERT whose answer
+was lost stores nothing twice (the events table and every rollup deduplicate on the token). When
+the retries are spent, every waiter of that batch is told the storage is unavailable and nothing of
+it is acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .client import Storage
+
+log = logging.getLogger("tally.writer")
+
+# Columns of ``events`` that Tally writes, in the order of each row tuple.
+EVENT_COLUMNS: tuple[str, ...] = (
+    "project_id",
+    "name",
+    "occurred_at",
+    "received_at",
+    "path",
+    "url",
+    "referrer",
+    "session_id",
+    "visitor_id",
+    "browser",
+    "os",
+    "device_type",
+    "duration_ms",
+    "metadata",
+    "ip",
+    "user_agent",
+    "key_id",
+)
+
+INSERT_SETTINGS: dict[str, Any] = {
+    "async_insert": 0,
+    "insert_deduplicate": 1,
+    "deduplicate_blocks_in_dependent_materialized_views": 1,
+    # Events of one batch may span many months; one old event must not fail everyone's batch.
+    "throw_on_max_partitions_per_insert_block": 0,
+}
+
+
+class StorageUnavailable(Exception):
+    """The batch holding the caller's events could not be stored; nothing was acknowledged."""
+
+
+class Overloaded(Exception):
+    """The buffer is full: the caller should retry later."""
+
+
+InsertFn = Callable[[list[tuple[Any, ...]], str], None]
+
+
+class BatchWriter:
+    """Buffers rows from many requests and stores them with one INSERT per batch."""
+
+    def __init__(
+        self,
+        insert: InsertFn,
+        *,
+        max_events: int = 20_000,
+        max_delay: float = 0.002,
+        attempts: int = 4,
+        backoff: float = 0.1,
+        buffer_limit: int | None = None,
+    ) -> None:
+        self._insert = insert
+        self.max_events = max(1, max_events)
+        self.max_delay = max(0.0, max_delay)
+        self.attempts = max(1, attempts)
+        self.backoff = backoff
+        self.buffer_limit = buffer_limit or self.max_events * 10
+        self._rows: list[tuple[Any, ...]] = []
+        self._waiters: list[asyncio.Future[None]] = []
+        self._first_at = 0.0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._inflight = 0
+        # Counters for tests and the health endpoint.
+        self.batches = 0
+        self.rows_written = 0
+        self.failed_batches = 0
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="tally-writer")
+
+    async def stop(self) -> None:
+        """Flush what is buffered, then stop. New writes are refused from now on."""
+        self._closing = True
+        self._wake.set()
+        if self._task is not None:
+            await self._task
+            self._task = None
+
+    @property
+    def pending(self) -> int:
+        return len(self._rows) + self._inflight
+
+    # --- request side ------------------------------------------------------------------------
+    async def write(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Return once ``rows`` are durably stored; raise StorageUnavailable or Overloaded."""
+        if self._closing or self._task is None:
+            raise StorageUnavailable("writer is not running")
+        if self.pending + len(rows) > self.buffer_limit:
+            raise Overloaded
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if not self._rows:
+            self._first_at = time.monotonic()
+        self._rows.extend(rows)
+        self._waiters.append(future)
+        self._wake.set()
+        # Shielded: a client that goes away does not cancel the batch its events are in.
+        await asyncio.shield(future)
+
+    # --- flusher -----------------------------------------------------------------------------
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if not self._rows:
+                if self._closing:
+                    return
+                continue
+            if not self._closing and len(self._rows) < self.max_events:
+                # Let concurrent requests join the batch, up to the age bound.
+                wait = self._first_at + self.max_delay - time.monotonic()
+                if wait > 0:
+                    await self._sleep_or_full(wait)
+            await self._flush()
+            if self._rows:
+                self._wake.set()
+
+    async def _sleep_or_full(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self._rows) < self.max_events and not self._closing:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), remaining)
+            except TimeoutError:
+                return
+
+    async def _flush(self) -> None:
+        rows, waiters = self._rows, self._waiters
+        self._rows, self._waiters = [], []
+        self._inflight = len(rows)
+        token = uuid.uuid4().hex
+        error: BaseException | None = None
+        try:
+            for attempt in range(self.attempts):
+                try:
+                    await asyncio.to_thread(self._insert, rows, token)
+                    error = None
+                    break
+                except Exception as exc:  # noqa: BLE001 - any failure is retried, then reported
+                    error = exc
+                    log.warning(
+                        "insert of %d events failed (attempt %d/%d): %s",
+                        len(rows),
+                        attempt + 1,
+                        self.attempts,
+                        exc,
+                    )
+                    if attempt + 1 < self.attempts:
+                        await asyncio.sleep(self.backoff * (2**attempt))
+        finally:
+            self._inflight = 0
+        if error is None:
+            self.batches += 1
+            self.rows_written += len(rows)
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+        else:
+            self.failed_batches += 1
+            log.error("dropping batch of %d unacknowledged events: storage unavailable", len(rows))
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_exception(StorageUnavailable(str(error)))
+
+
+def events_inserter(storage: Storage) -> InsertFn:
+    """The insert function that stores a batch of event rows in ``events``."""
+    table = f"{storage.database}.events"
+
+    def insert(rows: list[tuple[Any, ...]], token: str) -> None:
+        columns = list(zip(*rows, strict=True))
+        storage.insert(
+            table,
+            columns,
+            EVENT_COLUMNS,
+            settings={**INSERT_SETTINGS, "insert_deduplication_token": token},
+        )
+
+    return insert
