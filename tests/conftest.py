@@ -1,13 +1,16 @@
 """Shared fixtures. Every test runs against the real ClickHouse engine (chDB, in process).
 
-chDB hosts one engine per process, so the whole session shares one data folder and each test
-gets a database of its own with a random name: tests are independent of one another and of order.
+chDB hosts one engine per process, so the whole session shares one data folder. The ``client``
+fixture is one app on one database for the session: tests stay independent because each works in
+projects it creates itself (random ids) under users of its own. Tests that change settings or
+break storage build a private app on a fresh database with ``make_client``.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,15 +40,38 @@ def make_settings(chdb_path: Path, tmp_path: Path, **overrides: Any) -> Settings
     return Settings(**values)
 
 
-@pytest.fixture
-def settings(chdb_path: Path, tmp_path: Path) -> Settings:
-    return make_settings(chdb_path, tmp_path)
-
-
-@pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient[Any]]:
+@contextmanager
+def running(settings: Settings) -> Iterator[TestClient[Any]]:
+    """A started app (schema applied) on ``settings``."""
     with TestClient(create_app(settings, migrate=True)) as test_client:
         yield test_client
+
+
+@pytest.fixture
+def make_client(chdb_path: Path, tmp_path: Path):
+    """``make_client(**settings)``: a private app on a fresh database."""
+
+    @contextmanager
+    def factory(**overrides: Any) -> Iterator[TestClient[Any]]:
+        with running(make_settings(chdb_path, tmp_path, **overrides)) as test_client:
+            yield test_client
+
+    return factory
+
+
+@pytest.fixture(scope="session")
+def client(chdb_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient[Any]]:
+    # Per-user limits would otherwise count every test's requests against the same few users.
+    settings = make_settings(chdb_path, tmp_path_factory.mktemp("shared"),
+                             session_limit_per_user="1000000/second")
+    with running(settings) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def user() -> str:
+    """A user id of this test's own."""
+    return f"user-{uuid.uuid4().hex[:10]}"
 
 
 def token(sub: str, secret: str = JWT_SECRET, **claims: Any) -> str:
@@ -62,3 +88,9 @@ def new_project(client: TestClient[Any], user: str = "alice", name: str = "Site"
     assert response.status_code == 201, response.text
     body = response.json()
     return body["projectId"], body["apiKey"]
+
+
+def stored(client: TestClient[Any], sql: str, **params: Any) -> list[tuple[Any, ...]]:
+    """Rows from the test's own database; ``{db}`` in ``sql`` names it."""
+    storage = client.app.state.storage
+    return storage.query(sql.replace("{db}", storage.database), params)

@@ -38,8 +38,13 @@ class EventLike(Protocol):
     referrer: str | None
     session_id: str | None
     visitor_id: str | None
-    occurred_at: datetime | None
+    occurred_at: str | None
     metadata: dict[str, Any] | None
+
+
+def parse_time(value: str) -> datetime:
+    """ISO 8601 (``Z`` or an offset; none means UTC; a bare date is its midnight)."""
+    return datetime.fromisoformat(value.strip())
 
 
 def to_millis(dt: datetime) -> int:
@@ -77,7 +82,12 @@ def to_rows(
         if event.occurred_at is None:
             occurred = received_ms
         else:
-            occurred = to_millis(event.occurred_at)
+            try:
+                occurred = to_millis(parse_time(event.occurred_at))
+            except ValueError:
+                raise InvalidEvent(
+                    f"$.events[{index}].occurredAt", "must be an ISO 8601 datetime"
+                ) from None
             if occurred < 0:
                 raise InvalidEvent(
                     f"$.events[{index}].occurredAt", "must not be before 1970-01-01T00:00:00Z"

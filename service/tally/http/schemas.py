@@ -3,7 +3,6 @@ documents them in the OpenAPI schema."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
 import msgspec
@@ -22,6 +21,14 @@ Days = Annotated[int, Meta(ge=1, le=90, description="lookback window in UTC cale
 EventName = Annotated[str, Meta(min_length=1, max_length=100)]
 MetadataKey = Annotated[str, Meta(min_length=1, max_length=100)]
 MetadataValue = Annotated[str, Meta(max_length=1024)] | int | float | bool | None
+OccurredAt = Annotated[
+    str,
+    Meta(
+        max_length=64,
+        description="ISO 8601 datetime; without an offset it is UTC",
+        extra_json_schema={"format": "date-time"},
+    ),
+]
 Metadata = Annotated[
     dict[MetadataKey, MetadataValue],
     Meta(max_length=50, description="at most 50 keys; values are strings, numbers, booleans or null"),
@@ -37,7 +44,7 @@ class Event(Struct, rename="camel", forbid_unknown_fields=True, omit_defaults=Tr
     referrer: Annotated[str, Meta(max_length=4096)] | None = None
     session_id: Annotated[str, Meta(max_length=200)] | None = None
     visitor_id: Annotated[str, Meta(max_length=200)] | None = None
-    occurred_at: datetime | None = None
+    occurred_at: OccurredAt | None = None
     metadata: Metadata | None = None
 
 

@@ -1,0 +1,128 @@
+"""A plain-Python model of the dashboard definitions in CONTRACT.md, written from the contract and
+independent of Tally's code: tests compare what the service answers with what this computes from
+the events the test sent."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+
+@dataclass
+class Sent:
+    """An event as stored: occurred_at already resolved (UTC, clamped to receipt)."""
+
+    name: str
+    occurred_at: datetime
+    path: str = ""
+    referrer: str = ""
+    session_id: str = ""
+    visitor_id: str = ""
+    browser: str = "Unknown"
+    device_type: str = "Unknown"
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def payload(self) -> dict[str, Any]:
+        """The JSON a client sends for this event (browser/device passed through metadata)."""
+        body: dict[str, Any] = {
+            "name": self.name,
+            "occurredAt": self.occurred_at.isoformat().replace("+00:00", "Z"),
+        }
+        for key, attr in (("path", "path"), ("referrer", "referrer"), ("sessionId", "session_id"),
+                          ("visitorId", "visitor_id")):
+            if getattr(self, attr):
+                body[key] = getattr(self, attr)
+        metadata = dict(self.metadata)
+        metadata.setdefault("browser", self.browser)
+        metadata.setdefault("deviceType", self.device_type)
+        body["metadata"] = metadata
+        return body
+
+
+def _top(counter: Counter[str], key: str, value: str) -> list[dict[str, Any]]:
+    rows = sorted(counter.items(), key=lambda kv: (-kv[1], kv[0].encode("utf-8")))
+    return [{key: k, value: v} for k, v in rows[:10]]
+
+
+def _half_up(value: Decimal, places: int) -> Decimal:
+    return value.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
+
+
+def dashboard(events: list[Sent], now: datetime, days: int) -> dict[str, Any]:
+    today = now.astimezone(UTC).date()
+    first: date = today - timedelta(days=days - 1)
+    start = datetime(first.year, first.month, first.day, tzinfo=UTC)
+    inside = [e for e in events if start <= e.occurred_at <= now]
+
+    pageviews = [e for e in inside if e.name == "pageview"]
+    timeline = []
+    for i in range(days):
+        day = first + timedelta(days=i)
+        timeline.append({
+            "day": day.isoformat(),
+            "events": sum(1 for e in inside if e.occurred_at.date() == day),
+            "pageviews": sum(1 for e in pageviews if e.occurred_at.date() == day),
+        })
+
+    session_pageviews: Counter[str] = Counter()
+    for e in inside:
+        if e.session_id:
+            session_pageviews[e.session_id] += 1 if e.name == "pageview" else 0
+    with_pageviews = [s for s, n in session_pageviews.items() if n >= 1]
+    bounced = [s for s in with_pageviews if session_pageviews[s] == 1]
+    bounce = (
+        float(_half_up(Decimal(100 * len(bounced)) / Decimal(len(with_pageviews)), 2))
+        if with_pageviews else 0.0
+    )
+
+    first_seen: dict[str, datetime] = {}
+    for e in inside:
+        if e.session_id and (e.session_id not in first_seen or e.occurred_at < first_seen[e.session_id]):
+            first_seen[e.session_id] = e.occurred_at
+    durations: list[Decimal] = []
+    for e in inside:
+        if e.name != "session_end":
+            continue
+        given = e.metadata.get("durationMs")
+        if isinstance(given, int | float) and not isinstance(given, bool) and given >= 0:
+            durations.append(Decimal(str(float(given))))
+        elif e.session_id:
+            delta = e.occurred_at - first_seen[e.session_id]
+            durations.append(Decimal(delta // timedelta(milliseconds=1)))
+        else:
+            durations.append(Decimal(0))
+    avg = int(_half_up(sum(durations, Decimal(0)) / len(durations), 0)) if durations else 0
+
+    hours: Counter[int] = Counter(e.occurred_at.hour for e in inside)
+    recent = sorted(inside, key=lambda e: e.occurred_at, reverse=True)[:20]
+    live_since = now - timedelta(minutes=5)
+    return {
+        "summary": {
+            "totalEvents": len(inside),
+            "pageviews": len(pageviews),
+            "uniqueVisitors": len({e.visitor_id for e in inside if e.visitor_id}),
+            "uniqueSessions": len({e.session_id for e in inside if e.session_id}),
+            "avgSessionDurationMs": avg,
+            "bounceRate": bounce,
+        },
+        "timeline": timeline,
+        "topPaths": _top(Counter(e.path for e in pageviews if e.path), "path", "views"),
+        "topReferrers": _top(Counter(e.referrer for e in pageviews if e.referrer), "referrer",
+                             "count"),
+        "browserBreakdown": _top(Counter(e.browser for e in inside), "browser", "count"),
+        "deviceBreakdown": _top(Counter(e.device_type for e in inside), "deviceType", "count"),
+        "eventBreakdown": _top(Counter(e.name for e in inside), "name", "count"),
+        "hourlyHeatmap": [{"hour": h, "count": hours.get(h, 0)} for h in range(24)],
+        "recentEvents": [
+            {"name": e.name, "path": e.path, "visitorId": e.visitor_id,
+             "occurredAt": e.occurred_at.strftime("%Y-%m-%dT%H:%M:%S.")
+             + f"{e.occurred_at.microsecond // 1000:03d}Z"}
+            for e in recent
+        ],
+        "liveVisitors": len({e.visitor_id for e in events
+                             if e.visitor_id and live_since <= e.occurred_at <= now}),
+    }
+

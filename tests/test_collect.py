@@ -1,0 +1,318 @@
+"""POST /api/collect: credentials, validation at every limit, enrichment, beacons and CORS."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from conftest import new_project, stored
+
+SAFARI_IPHONE = (
+    "Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) AppleWebKit/605.1.15 "
+    "(KHTML, like Gecko) Version/17.0 Mobile/15E148 Safari/604.1"
+)
+CHROME_WINDOWS = (
+    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
+    "Chrome/126.0.0.0 Safari/537.36"
+)
+
+
+@pytest.fixture
+def project(client):
+    return new_project(client)
+
+
+def post(client, key, body, **headers):
+    if key is not None:
+        headers["x-api-key"] = key
+    content = body if isinstance(body, bytes | str) else json.dumps(body)
+    return client.post("/api/collect", content=content,
+                       headers={"content-type": "application/json", **headers})
+
+
+def count(client, project_id):
+    return stored(client, "SELECT count() FROM {db}.events WHERE project_id = {p:String}",
+                  p=project_id)[0][0]
+
+
+def one(**fields):
+    return {"events": [{"name": "pageview", **fields}]}
+
+
+# --- credentials ------------------------------------------------------------------------------
+def test_missing_key(client, project):
+    response = post(client, None, one())
+    assert response.status_code == 401
+    assert response.json() == {"error": "Missing API key"}
+
+
+def test_empty_key_is_missing(client, project):
+    response = post(client, "", one())
+    assert (response.status_code, response.json()) == (401, {"error": "Missing API key"})
+
+
+def test_invalid_key(client, project):
+    response = post(client, "tk_not-a-real-key", one())
+    assert (response.status_code, response.json()) == (401, {"error": "Invalid API key"})
+
+
+def test_credentials_are_checked_before_the_body(client, project):
+    assert post(client, None, b"{not json").json() == {"error": "Missing API key"}
+    assert post(client, "nope", b"{not json").json() == {"error": "Invalid API key"}
+
+
+def test_query_parameter_key(client, project):
+    project_id, key = project
+    response = client.post(f"/api/collect?apiKey={key}", content=json.dumps(one()))
+    assert response.status_code == 202
+    assert count(client, project_id) == 1
+
+
+def test_header_wins_over_query(client, project):
+    project_id, key = project
+    ok = client.post("/api/collect?apiKey=wrong", content=json.dumps(one()),
+                     headers={"x-api-key": key})
+    assert ok.status_code == 202
+    bad = client.post(f"/api/collect?apiKey={key}", content=json.dumps(one()),
+                      headers={"x-api-key": "wrong"})
+    assert (bad.status_code, bad.json()) == (401, {"error": "Invalid API key"})
+    assert count(client, project_id) == 1
+
+
+def test_key_of_one_project_writes_to_that_project_only(client, project):
+    project_id, key = project
+    other_id, _ = new_project(client, user="bob")
+    assert post(client, key, one()).status_code == 202
+    assert count(client, project_id) == 1 and count(client, other_id) == 0
+
+
+# --- accepted bodies --------------------------------------------------------------------------
+def test_text_plain_beacon_body(client, project):
+    project_id, key = project
+    response = client.post(
+        f"/api/collect?apiKey={key}",
+        content=json.dumps({"events": [{"name": "session_end", "metadata": {"durationMs": 5}}]}),
+        headers={"content-type": "text/plain;charset=UTF-8"},
+    )
+    assert response.status_code == 202, response.text
+    assert response.json() == {"accepted": 1}
+    assert count(client, project_id) == 1
+
+
+def test_cors_preflight_and_response_headers(client):
+    preflight = client.options(
+        "/api/collect",
+        headers={
+            "origin": "https://shop.example",
+            "access-control-request-method": "POST",
+            "access-control-request-headers": "content-type,x-api-key",
+        },
+    )
+    assert preflight.status_code == 204
+    assert preflight.headers["access-control-allow-origin"] in ("*", "https://shop.example")
+    allowed = preflight.headers["access-control-allow-headers"].lower()
+    assert "x-api-key" in allowed and "content-type" in allowed
+    response = post(client, None, one(), origin="https://shop.example")
+    assert response.headers["access-control-allow-origin"] in ("*", "https://shop.example")
+
+
+def test_full_event_is_stored_as_sent(client, project):
+    project_id, key = project
+    event = {
+        "name": "signup",
+        "path": "/pricing?plan=pro",
+        "url": "https://shop.example/pricing?plan=pro",
+        "referrer": "https://news.example/",
+        "sessionId": "s-1",
+        "visitorId": "v-1",
+        "occurredAt": "2026-01-02T03:04:05.678Z",
+        "metadata": {"pageTitle": "Pricing", "viewportWidth": 1280, "plan": None, "pro": True},
+    }
+    assert post(client, key, {"events": [event]}).status_code == 202
+    row = stored(
+        client,
+        "SELECT name, path, url, referrer, session_id, visitor_id, occurred_at, metadata "
+        "FROM {db}.events WHERE project_id = {p:String}",
+        p=project_id,
+    )[0]
+    assert row[:6] == ("signup", "/pricing?plan=pro", "https://shop.example/pricing?plan=pro",
+                       "https://news.example/", "s-1", "v-1")
+    assert row[6].replace(tzinfo=UTC) == datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
+    assert json.loads(row[7]) == event["metadata"]
+
+
+# --- occurredAt -------------------------------------------------------------------------------
+def occurred(client, project_id):
+    rows = stored(client, "SELECT occurred_at, received_at FROM {db}.events "
+                  "WHERE project_id = {p:String}", p=project_id)
+    return [(o.replace(tzinfo=UTC), r.replace(tzinfo=UTC)) for o, r in rows]
+
+
+def test_occurred_at_without_offset_is_utc_and_offsets_are_honoured(client, project):
+    project_id, key = project
+    post(client, key, {"events": [{"name": "a", "occurredAt": "2026-03-01T10:00:00"},
+                                  {"name": "b", "occurredAt": "2026-03-01T12:00:00+02:00"}]})
+    times = sorted(o for o, _ in occurred(client, project_id))
+    assert times == [datetime(2026, 3, 1, 10, tzinfo=UTC)] * 2
+
+
+def test_omitted_occurred_at_is_receipt_time_and_future_is_clamped(client, project):
+    project_id, key = project
+    before = datetime.now(UTC) - timedelta(seconds=1)
+    future = (datetime.now(UTC) + timedelta(days=3)).isoformat()
+    post(client, key, {"events": [{"name": "a"}, {"name": "b", "occurredAt": future}]})
+    after = datetime.now(UTC) + timedelta(seconds=1)
+    for occurred_at, received_at in occurred(client, project_id):
+        assert occurred_at == received_at
+        assert before <= received_at <= after
+
+
+# --- enrichment -------------------------------------------------------------------------------
+def test_ip_from_forwarded_for_and_user_agent_stored(client, project):
+    project_id, key = project
+    post(client, key, one(), **{"x-forwarded-for": "203.0.113.7, 10.0.0.1",
+                                "user-agent": SAFARI_IPHONE})
+    row = stored(client, "SELECT ip, user_agent, browser, os, device_type FROM {db}.events "
+                 "WHERE project_id = {p:String}", p=project_id)[0]
+    assert row == ("203.0.113.7", SAFARI_IPHONE, "Mobile Safari", "iOS", "mobile")
+
+
+def test_peer_address_without_forwarded_for(client, project):
+    project_id, key = project
+    post(client, key, one())
+    assert stored(client, "SELECT ip FROM {db}.events WHERE project_id = {p:String}",
+                  p=project_id)[0][0] == "testclient"
+
+
+def test_metadata_wins_over_user_agent(client, project):
+    project_id, key = project
+    post(client, key, one(metadata={"browser": "Lynx", "deviceType": "tv"}),
+         **{"user-agent": CHROME_WINDOWS})
+    row = stored(client, "SELECT browser, os, device_type FROM {db}.events "
+                 "WHERE project_id = {p:String}", p=project_id)[0]
+    assert row == ("Lynx", "Windows", "tv")
+
+
+def test_unknown_user_agent(client, project):
+    project_id, key = project
+    post(client, key, one(), **{"user-agent": ""})
+    row = stored(client, "SELECT browser, os, device_type FROM {db}.events "
+                 "WHERE project_id = {p:String}", p=project_id)[0]
+    assert row == ("Unknown", "Unknown", "Unknown")
+
+
+# --- validation: every limit at and just past its bound --------------------------------------
+def events(n, **fields):
+    return {"events": [{"name": "e", **fields} for _ in range(n)]}
+
+
+VALID = [
+    pytest.param(events(1), id="1 event"),
+    pytest.param(events(100), id="100 events"),
+    pytest.param(one(name="x"), id="name 1"),
+    pytest.param(one(name="n" * 100), id="name 100"),
+    pytest.param(one(path="/" * 2048), id="path 2048"),
+    pytest.param(one(url="u" * 4096), id="url 4096"),
+    pytest.param(one(referrer="r" * 4096), id="referrer 4096"),
+    pytest.param(one(sessionId="s" * 200), id="sessionId 200"),
+    pytest.param(one(visitorId="v" * 200), id="visitorId 200"),
+    pytest.param(one(metadata={f"k{i}": i for i in range(50)}), id="metadata 50 keys"),
+    pytest.param(one(metadata={"k" * 100: 1}), id="metadata key 100"),
+    pytest.param(one(metadata={"k": "v" * 1024}), id="metadata value 1024"),
+    pytest.param(one(metadata={}), id="metadata empty"),
+    pytest.param(one(metadata={"n": None, "b": False, "f": 1.5, "i": -3}), id="metadata types"),
+    pytest.param(one(path=None, url=None), id="explicit nulls"),
+    pytest.param(one(path="/ünï/çødé/🎉"), id="unicode"),
+]
+
+INVALID = [
+    pytest.param(events(0), "$.events", id="0 events"),
+    pytest.param(events(101), "$.events", id="101 events"),
+    pytest.param(one(name=""), "$.events[0].name", id="name 0"),
+    pytest.param(one(name="n" * 101), "$.events[0].name", id="name 101"),
+    pytest.param({"events": [{}]}, "$.events[0]", id="name missing"),
+    pytest.param(one(name=5), "$.events[0].name", id="name wrong type"),
+    pytest.param(one(path="/" * 2049), "$.events[0].path", id="path 2049"),
+    pytest.param(one(url="u" * 4097), "$.events[0].url", id="url 4097"),
+    pytest.param(one(referrer="r" * 4097), "$.events[0].referrer", id="referrer 4097"),
+    pytest.param(one(sessionId="s" * 201), "$.events[0].sessionId", id="sessionId 201"),
+    pytest.param(one(visitorId="v" * 201), "$.events[0].visitorId", id="visitorId 201"),
+    pytest.param(one(visitorId=7), "$.events[0].visitorId", id="visitorId wrong type"),
+    pytest.param(one(occurredAt="yesterday"), "$.events[0].occurredAt", id="occurredAt garbage"),
+    pytest.param(one(occurredAt=1700000000), "$.events[0].occurredAt", id="occurredAt number"),
+    pytest.param(one(occurredAt="1969-12-31T23:59:59Z"), "$.events[0].occurredAt",
+                 id="occurredAt before 1970"),
+    pytest.param(one(metadata={f"k{i}": i for i in range(51)}), "$.events[0].metadata",
+                 id="metadata 51 keys"),
+    pytest.param(one(metadata={"k" * 101: 1}), "$.events[0].metadata", id="metadata key 101"),
+    pytest.param(one(metadata={"": 1}), "$.events[0].metadata", id="metadata key empty"),
+    pytest.param(one(metadata={"k": "v" * 1025}), "$.events[0].metadata", id="value 1025"),
+    pytest.param(one(metadata={"k": {"nested": 1}}), "$.events[0].metadata", id="value object"),
+    pytest.param(one(metadata={"k": [1, 2]}), "$.events[0].metadata", id="value array"),
+    pytest.param(one(metadata=[1]), "$.events[0].metadata", id="metadata array"),
+    pytest.param(one(extra="field"), "$.events[0]", id="unknown event field"),
+    pytest.param({"events": [{"name": "a"}], "more": 1}, "$", id="unknown body field"),
+    pytest.param({"events": {"name": "a"}}, "$.events", id="events not a list"),
+    pytest.param({}, "$", id="events missing"),
+    pytest.param([], "$", id="body is a list"),
+]
+
+
+@pytest.mark.parametrize("body", VALID)
+def test_valid_bodies_are_accepted(client, project, body):
+    project_id, key = project
+    response = post(client, key, body)
+    assert response.status_code == 202, response.text
+    assert response.json() == {"accepted": len(body["events"])}
+    assert count(client, project_id) == len(body["events"])
+
+
+@pytest.mark.parametrize(("body", "path"), INVALID)
+def test_invalid_bodies_are_refused_and_nothing_is_stored(client, project, body, path):
+    project_id, key = project
+    response = post(client, key, body)
+    assert response.status_code == 400, response.text
+    payload = response.json()
+    assert payload["error"] == "Invalid payload"
+    assert payload["details"], payload
+    assert all(set(d) == {"path", "message"} for d in payload["details"])
+    assert payload["details"][0]["path"].startswith(path), payload
+    assert count(client, project_id) == 0
+
+
+@pytest.mark.parametrize("raw", [b"{not json", b"", b"null", b'{"events": [{"name": "a"}]',
+                                 "\ufeff{}".encode(), b"\xff\xfe"])
+def test_malformed_bodies(client, project, raw):
+    project_id, key = project
+    response = post(client, key, raw)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == "Invalid payload"
+    assert response.json()["details"]
+    assert count(client, project_id) == 0
+
+
+def test_one_bad_event_refuses_the_whole_request(client, project):
+    project_id, key = project
+    response = post(client, key, {"events": [{"name": "ok"}, {"name": ""}]})
+    assert response.status_code == 400
+    assert response.json()["details"][0]["path"] == "$.events[1].name"
+    assert count(client, project_id) == 0
+
+
+def test_body_over_one_mebibyte(client, project):
+    project_id, key = project
+    body = json.dumps(one(metadata={"k": "v" * 1000})).encode()
+    big = body[:-2] + b" " * (1024 * 1024) + body[-2:]
+    response = post(client, key, big)
+    assert response.status_code == 413
+    assert response.json() == {"error": "Payload too large"}
+    assert count(client, project_id) == 0
+
+
+def test_body_of_exactly_one_mebibyte_is_read(client, project):
+    _, key = project
+    body = json.dumps(one()).encode()
+    padded = body[:-1] + b" " * (1024 * 1024 - len(body)) + body[-1:]
+    assert len(padded) == 1024 * 1024
+    assert post(client, key, padded).status_code == 202
