@@ -131,3 +131,21 @@ def test_size_bound_flushes_before_the_age_bound(client):
         await writer.stop()
 
     asyncio.run(scenario())
+
+
+def test_reads_answer_503_while_storage_fails(make_client):
+    with make_client() as client:
+        from conftest import auth
+
+        project_id, _ = new_project(client, user="reader")
+        db = client.app.state.storage.database
+        client.app.state.storage.command(f"RENAME TABLE {db}.projects TO {db}.projects_away")
+        try:
+            for url in ("/api/projects", f"/api/dashboard?projectId={project_id}",
+                        f"/api/projects/keys?projectId={project_id}"):
+                response = client.get(url, headers=auth("reader"))
+                assert (response.status_code, response.json()) == (
+                    503, {"error": "Storage unavailable"}), url
+        finally:
+            client.app.state.storage.command(f"RENAME TABLE {db}.projects_away TO {db}.projects")
+        assert client.get("/api/projects", headers=auth("reader")).status_code == 200

@@ -18,6 +18,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import clickhouse_connect
 from clickhouse_connect.driver.client import Client
+from clickhouse_connect.driver.exceptions import ClickHouseError, ProgrammingError
 
 T = TypeVar("T")
 
@@ -28,8 +29,20 @@ _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 SESSION_SETTINGS: dict[str, Any] = {"async_insert": 0}
 
 
-class StorageError(Exception):
-    """ClickHouse could not be reached or refused a statement."""
+class StorageUnavailable(Exception):
+    """ClickHouse could not be reached or failed to run a statement; the caller may retry."""
+
+
+@contextmanager
+def _unavailable_on_failure() -> Iterator[None]:
+    # Mistakes in Tally's own SQL (ProgrammingError) stay bugs; everything else the engine or
+    # the connection reports means the storage cannot serve right now.
+    try:
+        yield
+    except ProgrammingError:
+        raise
+    except (ClickHouseError, OSError) as exc:
+        raise StorageUnavailable(str(exc)) from exc
 
 
 @dataclass(frozen=True)
@@ -148,11 +161,11 @@ class Storage:
 
     # --- blocking API ------------------------------------------------------------------------
     def query(self, sql: str, parameters: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
-        with self.client() as client:
+        with self.client() as client, _unavailable_on_failure():
             return client.query(sql, parameters=parameters).result_rows
 
     def command(self, sql: str, parameters: dict[str, Any] | None = None) -> Any:
-        with self.client() as client:
+        with self.client() as client, _unavailable_on_failure():
             return client.command(sql, parameters=parameters)
 
     def insert(
@@ -163,7 +176,7 @@ class Storage:
         settings: dict[str, Any] | None = None,
     ) -> None:
         """Column-oriented INSERT of one block."""
-        with self.client() as client:
+        with self.client() as client, _unavailable_on_failure():
             client.insert(
                 table,
                 columns,

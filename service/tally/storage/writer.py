@@ -18,7 +18,9 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .client import Storage
+from .client import Storage, StorageUnavailable
+
+__all__ = ["EVENT_COLUMNS", "BatchWriter", "Overloaded", "StorageUnavailable", "events_inserter"]
 
 log = logging.getLogger("tally.writer")
 
@@ -50,10 +52,6 @@ INSERT_SETTINGS: dict[str, Any] = {
     # Events of one batch may span many months; one old event must not fail everyone's batch.
     "throw_on_max_partitions_per_insert_block": 0,
 }
-
-
-class StorageUnavailable(Exception):
-    """The batch holding the caller's events could not be stored; nothing was acknowledged."""
 
 
 class Overloaded(Exception):
