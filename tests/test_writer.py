@@ -16,6 +16,14 @@ def batch(marker: str, n: int) -> dict:
     return {"events": [{"name": "pageview", "path": f"/{i}", "visitorId": marker} for i in range(n)]}
 
 
+def event_row(project_id: str, name: str = "e", path: str = "", referrer: str = "",
+              session: str = "", visitor: str = "") -> tuple:
+    """A row in the writer's column order (storage.writer.EVENT_COLUMNS)."""
+    at = 1_700_000_000_000
+    return (project_id, name, at, at, path, "", referrer, session, visitor, "Chrome", "Linux",
+            "desktop", None, "{}", "127.0.0.1", "ua", "k")
+
+
 def stored_for(client, project_id: str, marker: str) -> int:
     return stored(client, "SELECT count() FROM {db}.events WHERE project_id = {p:String} "
                   "AND visitor_id = {m:String}", p=project_id, m=marker)[0][0]
@@ -76,8 +84,8 @@ def test_retried_insert_with_the_same_token_stores_nothing_twice(client):
     storage = client.app.state.storage
     insert = events_inserter(storage)
     project_id = uuid.uuid4().hex[:24]
-    row = (project_id, "pageview", 1_700_000_000_000, 1_700_000_000_000, "/x", "", "ref", "s1",
-           "v1", "Chrome", "Linux", "desktop", None, "{}", "127.0.0.1", "ua", "k")
+    row = event_row(project_id, name="pageview", path="/x", referrer="ref", session="s1",
+                    visitor="v1")
     token = uuid.uuid4().hex
     insert([row, row], token)
     insert([row, row], token)  # the retry
@@ -98,8 +106,7 @@ def test_retried_insert_with_the_same_token_stores_nothing_twice(client):
 def test_stop_flushes_the_buffer_and_refuses_new_writes(client):
     storage = client.app.state.storage
     project_id = uuid.uuid4().hex[:24]
-    row = (project_id, "e", 1_700_000_000_000, 1_700_000_000_000, "", "", "", "", "", "", "", "",
-           None, "{}", "", "", "k")
+    row = event_row(project_id)
 
     async def scenario() -> None:
         writer = BatchWriter(events_inserter(storage), max_events=10_000, max_delay=60.0)
@@ -120,8 +127,7 @@ def test_stop_flushes_the_buffer_and_refuses_new_writes(client):
 def test_size_bound_flushes_before_the_age_bound(client):
     storage = client.app.state.storage
     project_id = uuid.uuid4().hex[:24]
-    row = (project_id, "e", 1_700_000_000_000, 1_700_000_000_000, "", "", "", "", "", "", "", "",
-           None, "{}", "", "", "k")
+    row = event_row(project_id)
 
     async def scenario() -> None:
         writer = BatchWriter(events_inserter(storage), max_events=50, max_delay=60.0)
