@@ -1,10 +1,10 @@
 """In-memory view of the API keys, so a collect request never queries ClickHouse for its key.
 
 The registry holds the hash of every live key. It refreshes incrementally every
-``refresh_interval`` seconds (bounding how long a key revoked by another process stays usable),
-and an unknown key triggers at most one early refresh per ``miss_interval`` for all callers
-together, so a key created by another process works almost at once while a flood of invalid keys
-costs at most a couple of queries a second. Keys created or revoked by this process take effect
+``refresh_interval`` seconds (bounding how long a key revoked by another process stays usable).
+A request with an unknown key waits for the next early refresh, of which there is at most one per
+``miss_interval`` for all callers together: a key created by another process works at once, while
+a flood of invalid keys costs at most a couple of queries a second. Keys created or revoked by this process take effect
 immediately. Last-use times are kept here and written in one INSERT every few seconds.
 """
 
@@ -78,20 +78,27 @@ class KeyRegistry:
         record = self._live.get(key_hash)
         if record is not None:
             return record
-        if time.monotonic() - self._last_refresh >= self.miss_interval:
-            try:
-                await self.refresh()
-            except Exception as exc:  # noqa: BLE001 - an unknown key stays unknown
-                log.warning("key refresh failed: %s", exc)
+        # Unknown here: perhaps created by another process a moment ago. Wait for the next
+        # refresh allowed (at most one per miss interval, shared by every waiting request).
+        try:
+            await self.refresh(min_age=self.miss_interval)
+        except Exception as exc:  # noqa: BLE001 - an unknown key stays unknown
+            log.warning("key refresh failed: %s", exc)
         return self._live.get(key_hash)
 
-    async def refresh(self) -> None:
-        """Read key changes since the last refresh; concurrent callers share one query."""
+    async def refresh(self, min_age: float = 0.0) -> None:
+        """Read key changes since the last refresh, no sooner than ``min_age`` after it.
+
+        Concurrent callers share one query.
+        """
         if self._refreshing is None or self._refreshing.done():
-            self._refreshing = asyncio.get_running_loop().create_task(self._refresh())
+            delay = max(0.0, self._last_refresh + min_age - time.monotonic())
+            self._refreshing = asyncio.get_running_loop().create_task(self._refresh(delay))
         await asyncio.shield(self._refreshing)
 
-    async def _refresh(self) -> None:
+    async def _refresh(self, delay: float = 0.0) -> None:
+        if delay > 0:
+            await asyncio.sleep(delay)
         started = time.monotonic()
         since = None if self._since is None else self._since - _OVERLAP
         changes = await asyncio.to_thread(self.store.key_changes, since)
