@@ -162,7 +162,8 @@ class Storage:
     # --- blocking API ------------------------------------------------------------------------
     def query(self, sql: str, parameters: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
         with self.client() as client, _unavailable_on_failure():
-            return client.query(sql, parameters=parameters).result_rows
+            rows: list[tuple[Any, ...]] = client.query(sql, parameters=parameters).result_rows
+            return rows
 
     def command(self, sql: str, parameters: dict[str, Any] | None = None) -> Any:
         with self.client() as client, _unavailable_on_failure():
