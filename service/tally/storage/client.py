@@ -162,8 +162,8 @@ class Storage:
     # --- blocking API ------------------------------------------------------------------------
     def query(self, sql: str, parameters: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
         with self.client() as client, _unavailable_on_failure():
-            rows: list[tuple[Any, ...]] = client.query(sql, parameters=parameters).result_rows
-            return rows
+            result = client.query(sql, parameters=parameters)
+            return [tuple(row) for row in result.result_rows]
 
     def command(self, sql: str, parameters: dict[str, Any] | None = None) -> Any:
         with self.client() as client, _unavailable_on_failure():
