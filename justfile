@@ -39,6 +39,18 @@ token USER="dev":
 test *ARGS:
     .venv/bin/python -m pytest {{ARGS}}
 
+# --- bench -------------------------------------------------------------------------------------
+
+# the full benchmark suite (ingest and dashboard up to 100M events; takes a while)
+[group('bench')]
+bench *ARGS:
+    .venv/bin/python -m benchmarks {{ARGS}}
+
+# the quick benchmark suite (under three minutes on 2 cores)
+[group('bench')]
+bench-quick *ARGS:
+    .venv/bin/python -m benchmarks --quick {{ARGS}}
+
 # --- lint --------------------------------------------------------------------------------------
 
 # ruff lint and format check, mypy

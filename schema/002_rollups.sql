@@ -116,16 +116,21 @@ FROM ${db}.events
 WHERE visitor_id != ''
 GROUP BY project_id, day, visitor_hash;
 
--- How many events and pageviews did each session have per day, and when did it start that day?
--- (unique sessions, bounce rate, session-duration fallback; session ids hashed to 64 bits)
+-- What did each session do per day: events, pageviews, when it started that day, and how its
+-- session_end events measure it? (unique sessions, bounce rate and average session duration in one
+-- read, no join). Session ids are hashed to 64 bits; hash 0 collects events without a session id.
 CREATE TABLE IF NOT EXISTS ${db}.sessions_daily
 (
-    project_id   LowCardinality(String),
-    day          Date,
-    session_hash UInt64 COMMENT 'sipHash64(session_id); non-empty ids only',
-    events       SimpleAggregateFunction(sum, UInt64),
-    pageviews    SimpleAggregateFunction(sum, UInt64),
-    first_at     SimpleAggregateFunction(min, DateTime64(3, 'UTC'))
+    project_id     LowCardinality(String),
+    day            Date,
+    session_hash   UInt64 COMMENT 'sipHash64(session_id); 0 for events without a session id',
+    events         SimpleAggregateFunction(sum, UInt64),
+    pageviews      SimpleAggregateFunction(sum, UInt64),
+    first_at       SimpleAggregateFunction(min, DateTime64(3, 'UTC')) COMMENT 'first event that day',
+    ends           SimpleAggregateFunction(sum, UInt64) COMMENT 'session_end events',
+    ends_stated    SimpleAggregateFunction(sum, UInt64) COMMENT 'session_end events with metadata.durationMs',
+    stated_ms      SimpleAggregateFunction(sum, Float64) COMMENT 'sum of those stated durations',
+    unstated_at_ms SimpleAggregateFunction(sum, Int64) COMMENT 'sum of the epoch-ms times of the other session_end events'
 )
 ENGINE = AggregatingMergeTree
 PARTITION BY toYYYYMM(day)
@@ -133,27 +138,14 @@ ORDER BY (project_id, day, session_hash)
 SETTINGS non_replicated_deduplication_window = 1000;
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS ${db}.sessions_daily_mv TO ${db}.sessions_daily AS
-SELECT project_id, toDate(occurred_at) AS day, sipHash64(session_id) AS session_hash,
-       count() AS events, countIf(name = 'pageview') AS pageviews, min(occurred_at) AS first_at
+SELECT project_id, toDate(occurred_at) AS day,
+       if(session_id = '', toUInt64(0), sipHash64(session_id)) AS session_hash,
+       count() AS events,
+       countIf(name = 'pageview') AS pageviews,
+       min(occurred_at) AS first_at,
+       countIf(name = 'session_end') AS ends,
+       countIf(name = 'session_end' AND duration_ms IS NOT NULL) AS ends_stated,
+       sumIf(assumeNotNull(duration_ms), name = 'session_end' AND duration_ms IS NOT NULL) AS stated_ms,
+       sumIf(toUnixTimestamp64Milli(occurred_at), name = 'session_end' AND duration_ms IS NULL) AS unstated_at_ms
 FROM ${db}.events
-WHERE session_id != ''
 GROUP BY project_id, day, session_hash;
-
--- When did sessions end, and how long did they say they lasted? (average session duration)
-CREATE TABLE IF NOT EXISTS ${db}.session_ends
-(
-    project_id   LowCardinality(String),
-    occurred_at  DateTime64(3, 'UTC'),
-    session_hash UInt64 COMMENT 'sipHash64(session_id), 0 when the event has no session id',
-    duration_ms  Nullable(Float64) COMMENT 'metadata.durationMs when it is a number >= 0'
-)
-ENGINE = MergeTree
-PARTITION BY toYYYYMM(occurred_at)
-ORDER BY (project_id, occurred_at)
-SETTINGS non_replicated_deduplication_window = 1000;
-
-CREATE MATERIALIZED VIEW IF NOT EXISTS ${db}.session_ends_mv TO ${db}.session_ends AS
-SELECT project_id, occurred_at,
-       if(session_id = '', toUInt64(0), sipHash64(session_id)) AS session_hash, duration_ms
-FROM ${db}.events
-WHERE name = 'session_end';

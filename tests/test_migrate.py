@@ -49,4 +49,4 @@ def test_every_rollup_is_fed_by_a_view(client):
     )
     targets = {q.split(" TO ", 1)[1].split()[0].split(".")[-1] for _, q in views}
     assert targets == {"events_daily", "events_hourly", "paths_daily", "referrers_daily",
-                       "clients_daily", "visitors_daily", "sessions_daily", "session_ends"}
+                       "clients_daily", "visitors_daily", "sessions_daily"}

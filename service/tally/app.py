@@ -83,6 +83,7 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
             attempts=settings.insert_attempts,
             backoff=settings.insert_retry_backoff_ms / 1000,
             buffer_limit=settings.buffer_limit_events,
+            max_inflight=settings.batch_max_inflight,
         )
         state.storage, state.store, state.registry, state.writer = storage, store, keys, writer
         await keys.start()

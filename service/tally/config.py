@@ -43,6 +43,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     # Ingestion: group commit.
     batch_max_events: int = 20_000
     batch_max_delay_ms: float = 2.0
+    batch_max_inflight: int = 1
     insert_attempts: int = 4
     insert_retry_backoff_ms: float = 100.0
 

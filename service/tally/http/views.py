@@ -20,19 +20,16 @@ def build_dashboard(rows: DashboardRows, window: Window) -> s.Dashboard:
         for day in window.day_list()
     ]
     by_hour = {int(hour): int(count) for hour, count in rows.hours}
-    sessions, with_pageviews, bounced = (
-        (int(rows.sessions[0][0]), int(rows.sessions[0][1]), int(rows.sessions[0][2]))
-        if rows.sessions else (0, 0, 0)
+    sessions, with_pageviews, bounced, ends, total_duration = (
+        rows.sessions[0] if rows.sessions else (0, 0, 0, 0, 0.0)
     )
-    ends = _scalar(rows.duration)
-    total_duration = float(rows.duration[0][1] or 0) if rows.duration else 0.0
     summary = s.Summary(
         total_events=sum(p.events for p in timeline),
         pageviews=sum(p.pageviews for p in timeline),
         unique_visitors=_scalar(rows.visitors),
-        unique_sessions=sessions,
-        avg_session_duration_ms=mean_ms(total_duration, ends),
-        bounce_rate=bounce_rate(bounced, with_pageviews),
+        unique_sessions=int(sessions),
+        avg_session_duration_ms=mean_ms(float(total_duration or 0), int(ends)),
+        bounce_rate=bounce_rate(int(bounced), int(with_pageviews)),
     )
     return s.Dashboard(
         summary=summary,

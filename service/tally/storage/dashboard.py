@@ -42,26 +42,19 @@ QUERIES: dict[str, str] = {
         GROUP BY device_type ORDER BY c DESC, device_type ASC LIMIT {LIST_LIMIT}""",
     "visitors": f"""
         SELECT uniqExact(visitor_hash) FROM {{db}}.visitors_daily WHERE {DAY_RANGE}""",
+    # Per session in the window: pageviews, first event, session_end facts; then the summary.
+    # A session_end's duration is its metadata.durationMs when stated, else the time since the
+    # first event of its session in the window; without a session id (hash 0) it is 0.
     "sessions": f"""
-        SELECT count(), countIf(pv >= 1), countIf(pv = 1)
-        FROM (SELECT session_hash, sum(pageviews) AS pv FROM {{db}}.sessions_daily
-              WHERE {DAY_RANGE} GROUP BY session_hash)""",
-    # A session_end's duration is metadata.durationMs when given, else the time since the first
-    # event of its session in the window (0 for a session_end without a session id).
-    "duration": f"""
-        SELECT count(), sum(if(e.duration_ms IS NOT NULL, e.duration_ms,
-                               if(e.session_hash = 0, 0,
-                                  toFloat64(toUnixTimestamp64Milli(e.occurred_at)
-                                            - toUnixTimestamp64Milli(f.first_at)))))
-        FROM (SELECT occurred_at, session_hash, duration_ms FROM {{db}}.session_ends
-              WHERE project_id = {{p:String}} AND occurred_at >= {{t0:DateTime64(3, 'UTC')}}) AS e
-        LEFT JOIN (SELECT session_hash, min(first_at) AS first_at FROM {{db}}.sessions_daily
-                   WHERE {DAY_RANGE} AND session_hash IN (
-                       SELECT session_hash FROM {{db}}.session_ends
-                       WHERE project_id = {{p:String}} AND occurred_at >= {{t0:DateTime64(3, 'UTC')}}
-                         AND duration_ms IS NULL AND session_hash != 0)
-                   GROUP BY session_hash) AS f
-        ON e.session_hash = f.session_hash""",
+        SELECT countIf(session_hash != 0), countIf(session_hash != 0 AND pv >= 1),
+               countIf(session_hash != 0 AND pv = 1), sum(ends),
+               sum(stated) + sumIf(unstated_at - toInt64(ends - ends_stated) * first_ms,
+                                   session_hash != 0)
+        FROM (SELECT session_hash, sum(pageviews) AS pv,
+                     toUnixTimestamp64Milli(min(first_at)) AS first_ms, sum(ends) AS ends,
+                     sum(ends_stated) AS ends_stated, sum(stated_ms) AS stated,
+                     sum(unstated_at_ms) AS unstated_at
+              FROM {{db}}.sessions_daily WHERE {DAY_RANGE} GROUP BY session_hash)""",
     "recent": f"""
         SELECT toString(event_id), name, path, visitor_id, occurred_at FROM {{db}}.events
         WHERE project_id = {{p:String}} AND occurred_at >= {{t0:DateTime64(3, 'UTC')}}
@@ -84,7 +77,6 @@ class DashboardRows:
     devices: Rows
     visitors: Rows
     sessions: Rows
-    duration: Rows
     recent: Rows
     live: Rows
 

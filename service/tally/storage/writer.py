@@ -1,8 +1,10 @@
 """Group commit: many requests' events, one INSERT, and an acknowledgement only once it is stored.
 
-Requests append rows to a shared buffer and wait. A single flusher task takes the whole buffer as
-one INSERT when it is old enough (``max_delay``) or big enough (``max_events``); while that INSERT
-runs, the next batch accumulates, so under load a request waits about one INSERT's time. A failed
+Requests append rows to a shared buffer and wait. A flusher task takes the whole buffer as one
+INSERT when it is old enough (``max_delay``) or big enough (``max_events``). Up to ``max_inflight``
+INSERTs run at once (each on its own pooled client): while they run, the next batch accumulates,
+so under load a request waits about one INSERT's time, and a slow INSERT does not hold up the
+batches behind it. A failed
 INSERT is retried with the same ``insert_deduplication_token``, so a retry of an INSERT whose answer
 was lost stores nothing twice (the events table and every rollup deduplicate on the token). When
 the retries are spent, every waiter of that batch is told the storage is unavailable and nothing of
@@ -24,26 +26,29 @@ __all__ = ["EVENT_COLUMNS", "BatchWriter", "Overloaded", "StorageUnavailable", "
 
 log = logging.getLogger("tally.writer")
 
-# Columns of ``events`` that Tally writes, in the order of each row tuple.
-EVENT_COLUMNS: tuple[str, ...] = (
-    "project_id",
-    "name",
-    "occurred_at",
-    "received_at",
-    "path",
-    "url",
-    "referrer",
-    "session_id",
-    "visitor_id",
-    "browser",
-    "os",
-    "device_type",
-    "duration_ms",
-    "metadata",
-    "ip",
-    "user_agent",
-    "key_id",
+# Columns of ``events`` that Tally writes, in the order of each row tuple, with their types
+# (as in schema/001_events.sql; knowing them spares a DESCRIBE before every INSERT).
+EVENT_SCHEMA: tuple[tuple[str, str], ...] = (
+    ("project_id", "LowCardinality(String)"),
+    ("name", "LowCardinality(String)"),
+    ("occurred_at", "DateTime64(3, 'UTC')"),
+    ("received_at", "DateTime64(3, 'UTC')"),
+    ("path", "String"),
+    ("url", "String"),
+    ("referrer", "String"),
+    ("session_id", "String"),
+    ("visitor_id", "String"),
+    ("browser", "LowCardinality(String)"),
+    ("os", "LowCardinality(String)"),
+    ("device_type", "LowCardinality(String)"),
+    ("duration_ms", "Nullable(Float64)"),
+    ("metadata", "String"),
+    ("ip", "String"),
+    ("user_agent", "String"),
+    ("key_id", "LowCardinality(String)"),
 )
+EVENT_COLUMNS: tuple[str, ...] = tuple(name for name, _ in EVENT_SCHEMA)
+EVENT_TYPES: tuple[str, ...] = tuple(kind for _, kind in EVENT_SCHEMA)
 
 INSERT_SETTINGS: dict[str, Any] = {
     "async_insert": 0,
@@ -73,6 +78,7 @@ class BatchWriter:
         attempts: int = 4,
         backoff: float = 0.1,
         buffer_limit: int | None = None,
+        max_inflight: int = 1,
     ) -> None:
         self._insert = insert
         self.max_events = max(1, max_events)
@@ -80,6 +86,9 @@ class BatchWriter:
         self.attempts = max(1, attempts)
         self.backoff = backoff
         self.buffer_limit = buffer_limit or self.max_events * 10
+        self.max_inflight = max(1, max_inflight)
+        self._flushes: set[asyncio.Task[None]] = set()
+        self._slot_freed = asyncio.Event()
         self._rows: list[tuple[Any, ...]] = []
         self._waiters: list[asyncio.Future[None]] = []
         self._first_at = 0.0
@@ -132,6 +141,8 @@ class BatchWriter:
             self._wake.clear()
             if not self._rows:
                 if self._closing:
+                    if self._flushes:
+                        await asyncio.gather(*self._flushes)
                     return
                 continue
             if not self._closing and len(self._rows) < self.max_events:
@@ -139,9 +150,21 @@ class BatchWriter:
                 wait = self._first_at + self.max_delay - time.monotonic()
                 if wait > 0:
                     await self._sleep_or_full(wait)
-            await self._flush()
-            if self._rows:
+            while len(self._flushes) >= self.max_inflight:
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
+            rows, waiters = self._rows, self._waiters
+            self._rows, self._waiters = [], []
+            self._inflight += len(rows)
+            task = asyncio.get_running_loop().create_task(self._flush(rows, waiters))
+            self._flushes.add(task)
+            task.add_done_callback(self._flush_done)
+            if self._rows or self._closing:
                 self._wake.set()
+
+    def _flush_done(self, task: asyncio.Task[None]) -> None:
+        self._flushes.discard(task)
+        self._slot_freed.set()
 
     async def _sleep_or_full(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -155,10 +178,7 @@ class BatchWriter:
             except TimeoutError:
                 return
 
-    async def _flush(self) -> None:
-        rows, waiters = self._rows, self._waiters
-        self._rows, self._waiters = [], []
-        self._inflight = len(rows)
+    async def _flush(self, rows: list[tuple[Any, ...]], waiters: list[asyncio.Future[None]]) -> None:
         token = uuid.uuid4().hex
         error: BaseException | None = None
         try:
@@ -179,7 +199,7 @@ class BatchWriter:
                     if attempt + 1 < self.attempts:
                         await asyncio.sleep(self.backoff * (2**attempt))
         finally:
-            self._inflight = 0
+            self._inflight -= len(rows)
         if error is None:
             self.batches += 1
             self.rows_written += len(rows)
@@ -205,6 +225,7 @@ def events_inserter(storage: Storage) -> InsertFn:
             columns,
             EVENT_COLUMNS,
             settings={**INSERT_SETTINGS, "insert_deduplication_token": token},
+            column_types=EVENT_TYPES,
         )
 
     return insert

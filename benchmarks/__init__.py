@@ -1,0 +1,1 @@
+"""Tally's benchmark suite: `python -m benchmarks [--quick]`. See benchmarks/README.md."""

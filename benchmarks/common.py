@@ -1,0 +1,151 @@
+"""Shared pieces: percentiles, a `tally serve` process on loopback, machine facts, results."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+RESULTS = Path(__file__).resolve().parent / "results"
+JWT_SECRET = "benchmark-secret-0123456789abcdef0123456789"
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100) by linear interpolation between closest ranks."""
+    if not values:
+        raise ValueError("percentile of no values")
+    if not 0 <= q <= 100:
+        raise ValueError("q must be within 0..100")
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def lost_events(acknowledged: int, stored: int) -> int:
+    """Acknowledged events missing from storage. Extra stored rows are reported separately."""
+    return max(0, acknowledged - stored)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def machine() -> dict[str, Any]:
+    memory = 0
+    try:
+        with open("/proc/meminfo") as fh:
+            memory = int(fh.readline().split()[1]) * 1024
+    except OSError:
+        pass
+    return {"cores": os.cpu_count(), "memory_bytes": memory, "python": platform.python_version(),
+            "platform": platform.platform()}
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, cwd=Path(__file__).parent, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def storage_kind(url: str) -> str:
+    return "embedded" if not url or url.startswith("chdb:") else "server"
+
+
+class Server:
+    """A real `tally serve` subprocess on a loopback port."""
+
+    def __init__(self, url: str, port: int, proc: subprocess.Popen[str]) -> None:
+        self.url, self.port, self.proc = url, port, proc
+
+    def token(self, sub: str = "bench") -> str:
+        import jwt
+
+        now = int(time.time())
+        return jwt.encode({"sub": sub, "iat": now, "exp": now + 86400}, JWT_SECRET, "HS256")
+
+    def headers(self, sub: str = "bench") -> dict[str, str]:
+        return {"authorization": f"Bearer {self.token(sub)}"}
+
+    def new_project(self, sub: str = "bench") -> tuple[str, str]:
+        response = httpx.post(f"{self.url}/api/projects", json={"name": "bench"},
+                              headers=self.headers(sub), timeout=30)
+        response.raise_for_status()
+        return response.json()["projectId"], response.json()["apiKey"]
+
+
+@contextmanager
+def serve(data_dir: Path, clickhouse_url: str = "", **settings: str) -> Iterator[Server]:
+    """Run `tally serve` with benchmark-friendly limits until the block ends."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TALLY_")}
+    env.update({
+        "TALLY_DATA_DIR": str(data_dir),
+        "TALLY_JWT_SECRET": JWT_SECRET,
+        "TALLY_COLLECT_LIMIT_PER_KEY": "",
+        "TALLY_COLLECT_LIMIT_PER_IP": "",
+        "TALLY_SESSION_LIMIT_PER_USER": "",
+        "TALLY_LOG_LEVEL": "WARNING",
+    })
+    if clickhouse_url:
+        env["TALLY_CLICKHOUSE_URL"] = clickhouse_url
+    env.update({f"TALLY_{k.upper()}": str(v) for k, v in settings.items()})
+    log = open(data_dir / f"serve-{port}.log", "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen([sys.executable, "-m", "tally", "serve", "--port", str(port)],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"tally serve exited: {(data_dir / log.name).read_text()}")
+            try:
+                if httpx.get(f"{url}/api/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("tally serve did not become healthy")
+            time.sleep(0.2)
+        yield Server(url, port, proc)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def write_results(results: dict[str, Any], name: str = "latest.json") -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / name
+    path.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def flatten(results: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in results.items():
+        name = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, dict):
+            out.update(flatten(value, name))
+        else:
+            out[name] = value
+    return out

@@ -1,0 +1,193 @@
+"""How fast does a 90-day dashboard open for a big tenant, and what do the rollups buy?
+
+For each tenant size, a worker process (the embedded engine allows one process per data folder)
+loads two tenants of that size into the same tables, then times, warm and repeatedly:
+
+- ``rollup``: the service's own dashboard queries (``tally.storage.dashboard``), in process;
+- ``raw``: the same answers by straightforward SQL over the raw ``events`` table only.
+
+It also checks that both give the same dashboard, to the number. Then a real ``tally serve`` on
+that data answers ``GET /api/dashboard`` over loopback, and its latency is what the targets judge.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from .common import percentile, serve
+
+WINDOWS = (7, 30, 90)
+T0 = "{t0:DateTime64(3, 'UTC')}"
+RAW_WHERE = f"project_id = {{p:String}} AND occurred_at >= {T0}"
+RAW_QUERIES: dict[str, str] = {
+    "timeline": f"""SELECT toDate(occurred_at) AS day, count(), countIf(name = 'pageview')
+        FROM {{db}}.events WHERE {RAW_WHERE} GROUP BY day""",
+    "names": f"""SELECT name, count() AS c FROM {{db}}.events WHERE {RAW_WHERE}
+        GROUP BY name ORDER BY c DESC, name LIMIT 10""",
+    "hours": f"""SELECT toHour(occurred_at) AS h, count() FROM {{db}}.events WHERE {RAW_WHERE}
+        GROUP BY h""",
+    "paths": f"""SELECT path, count() AS c FROM {{db}}.events
+        WHERE {RAW_WHERE} AND name = 'pageview' AND path != ''
+        GROUP BY path ORDER BY c DESC, path LIMIT 10""",
+    "referrers": f"""SELECT referrer, count() AS c FROM {{db}}.events
+        WHERE {RAW_WHERE} AND name = 'pageview' AND referrer != ''
+        GROUP BY referrer ORDER BY c DESC, referrer LIMIT 10""",
+    "browsers": f"""SELECT browser, count() AS c FROM {{db}}.events WHERE {RAW_WHERE}
+        GROUP BY browser ORDER BY c DESC, browser LIMIT 10""",
+    "devices": f"""SELECT device_type, count() AS c FROM {{db}}.events WHERE {RAW_WHERE}
+        GROUP BY device_type ORDER BY c DESC, device_type LIMIT 10""",
+    "visitors": f"""SELECT uniqExact(visitor_id) FROM {{db}}.events
+        WHERE {RAW_WHERE} AND visitor_id != ''""",
+    "sessions": f"""SELECT countIf(sid != ''), countIf(sid != '' AND pv >= 1),
+            countIf(sid != '' AND pv = 1), sum(ends),
+            sum(stated) + sumIf(unstated_at - toInt64(ends - ends_stated) * first_ms, sid != '')
+        FROM (SELECT session_id AS sid, countIf(name = 'pageview') AS pv,
+                     min(toUnixTimestamp64Milli(occurred_at)) AS first_ms,
+                     countIf(name = 'session_end') AS ends,
+                     countIf(name = 'session_end' AND duration_ms IS NOT NULL) AS ends_stated,
+                     sumIf(assumeNotNull(duration_ms),
+                           name = 'session_end' AND duration_ms IS NOT NULL) AS stated,
+                     sumIf(toUnixTimestamp64Milli(occurred_at),
+                           name = 'session_end' AND duration_ms IS NULL) AS unstated_at
+              FROM {{db}}.events WHERE {RAW_WHERE} GROUP BY session_id)""",
+}
+
+
+# --- worker: runs in its own process, owns the embedded engine -------------------------------
+def _worker(url: str, events: int, repeat: int) -> dict[str, Any]:
+    from datetime import UTC, datetime
+
+    from tally.domain.metrics import Window
+    from tally.http.views import build_dashboard
+    from tally.storage import dashboard as service_queries
+    from tally.storage.client import Storage, parse_url
+    from tally.storage.migrate import migrate
+    from tally.storage.projects import ProjectStore
+
+    from .generate import generate
+
+    storage = Storage(parse_url(url), pool_size=12)
+    migrate(storage)
+    store = ProjectStore(storage)
+    tenant, _, _ = store.create_project("bench", f"tenant {events}")
+    neighbour, _, _ = store.create_project("bench-neighbour", f"neighbour {events}")
+    load_seconds = generate(storage, tenant.id, events, seed=1)
+    load_seconds += generate(storage, neighbour.id, events, seed=2)
+
+    # recentEvents and liveVisitors read the raw table in the service too: same SQL both ways.
+    raw_sql = {name: sql.replace("{db}", storage.database) for name, sql in
+               {**RAW_QUERIES, "recent": service_queries.QUERIES["recent"],
+                "live": service_queries.QUERIES["live"]}.items()}
+
+    async def rollup(window: Window) -> Any:
+        return build_dashboard(await service_queries.fetch(storage, tenant.id, window), window)
+
+    async def raw(window: Window) -> Any:
+        params = service_queries.parameters(tenant.id, window)
+        rows = await asyncio.gather(*(storage.aquery(sql, params) for sql in raw_sql.values()))
+        return build_dashboard(
+            service_queries.DashboardRows(**dict(zip(raw_sql, rows, strict=True))), window)
+
+    async def timed(fn: Any, window: Window) -> list[float]:
+        await fn(window)  # warm
+        samples = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            await fn(window)
+            samples.append((time.perf_counter() - started) * 1000)
+        return samples
+
+    async def run() -> dict[str, Any]:
+        out: dict[str, Any] = {"tenant": tenant.id, "load_seconds": round(load_seconds, 1)}
+        for days in WINDOWS:
+            window = Window(days=days, now=datetime.now(UTC))
+            a, b = await rollup(window), await raw(window)
+            a.recent_events = b.recent_events = []  # same rows; ties may order differently
+            a.live_visitors = b.live_visitors = 0
+            fast, slow = await timed(rollup, window), await timed(raw, window)
+            out[f"{days}d"] = {
+                "rollup_p50_ms": percentile(fast, 50), "rollup_p95_ms": percentile(fast, 95),
+                "raw_p50_ms": percentile(slow, 50), "raw_p95_ms": percentile(slow, 95),
+                "exact": a == b,
+            }
+        return out
+
+    try:
+        return asyncio.run(run())
+    finally:
+        storage.close()
+
+
+# --- orchestration ----------------------------------------------------------------------------
+def run_size(events: int, repeat: int, http_repeat: int, workdir: Path) -> dict[str, Any]:
+    data = workdir / f"tenant-{events}"
+    data.mkdir(parents=True, exist_ok=True)
+    url = f"chdb://{data / 'clickhouse'}"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.dashboard", "--worker", url, str(events), str(repeat)],
+        capture_output=True, text=True, check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"dashboard worker failed: {done.stderr[-2000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    with serve(data, url) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        headers = server.headers("bench")
+        for days in WINDOWS:
+            query = {"projectId": result["tenant"], "days": days}
+            client.get("/api/dashboard", params=query, headers=headers).raise_for_status()
+            samples = []
+            for _ in range(http_repeat):
+                started = time.perf_counter()
+                response = client.get("/api/dashboard", params=query, headers=headers)
+                samples.append((time.perf_counter() - started) * 1000)
+                response.raise_for_status()
+            row = result[f"{days}d"]
+            row["p50_ms"] = round(percentile(samples, 50), 2)
+            row["p95_ms"] = round(percentile(samples, 95), 2)
+            row["raw_over_rollup"] = round(row["raw_p95_ms"] / row["rollup_p95_ms"], 2)
+            for key in ("rollup_p50_ms", "rollup_p95_ms", "raw_p50_ms", "raw_p95_ms"):
+                row[key] = round(row[key], 2)
+    return result
+
+
+def run(sizes: list[int], repeat: int, http_repeat: int, workdir: Path | None = None
+        ) -> dict[str, Any]:
+    """Dashboard results keyed by a readable size (``1M``) and window (``90d``)."""
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="tally-bench-") as tmp:
+        base = workdir or Path(tmp)
+        for events in sizes:
+            out[size_label(events)] = run_size(events, repeat, http_repeat, base)
+    labels = [size_label(n) for n in sizes]
+    if len(labels) >= 2:
+        for days in WINDOWS:
+            first, last = out[labels[0]][f"{days}d"], out[labels[-1]][f"{days}d"]
+            out[labels[-1]][f"{days}d"][f"p95_growth_from_{labels[0]}"] = round(
+                last["p95_ms"] / first["p95_ms"], 2)
+    return out
+
+
+def size_label(events: int) -> str:
+    for unit, scale in (("M", 1_000_000), ("k", 1_000)):
+        if events >= scale and events % scale == 0:
+            return f"{events // scale}{unit}"
+    return str(events)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--worker", nargs=3, metavar=("URL", "EVENTS", "REPEAT"))
+    args = parser.parse_args()
+    if args.worker:
+        url, events, repeat = args.worker
+        print(json.dumps(_worker(url, int(events), int(repeat))))

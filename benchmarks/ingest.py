@@ -1,0 +1,103 @@
+"""How many events per second does Tally take in, and how close is that to its HTTP ceiling?
+
+wrk (a compiled load generator, so the client is not the bottleneck) drives a real ``tally serve``
+over loopback at a fixed concurrency for a fixed time, in two shapes: 100-event batches and
+single-event requests (the browser case). The same run, against a server started with
+``TALLY_BENCH_NOOP_STORAGE=true`` (same HTTP stack and decoder, storage write replaced by a no-op),
+gives the ceiling; results are reported as ratios to it, which survive a noisy machine. After each
+real run the events stored are counted and compared with the events acknowledged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from .common import lost_events, serve
+
+LUA = Path(__file__).resolve().parent / "lua" / "collect.lua"
+SHAPES = {"batch": 100, "single": 1}
+
+
+def wrk_available() -> bool:
+    return shutil.which("wrk") is not None
+
+
+def parse_wrk(output: str) -> dict[str, Any]:
+    """The TALLY_RESULT line the Lua script prints."""
+    for line in output.splitlines():
+        if line.startswith("TALLY_RESULT "):
+            return dict(json.loads(line.removeprefix("TALLY_RESULT ")))
+    raise ValueError(f"no TALLY_RESULT line in wrk output:\n{output}")
+
+
+def drive(url: str, key: str, events: int, connections: int, seconds: float) -> dict[str, Any]:
+    env = {**os.environ, "TALLY_KEY": key, "TALLY_EVENTS": str(events)}
+    done = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s", "-s", str(LUA),
+         url],
+        env=env, capture_output=True, text=True, check=True,
+    )
+    return parse_wrk(done.stdout)
+
+
+def stored_events(server_url: str, project_id: str, headers: dict[str, str]) -> int:
+    response = httpx.get(f"{server_url}/api/dashboard", params={"projectId": project_id, "days": 2},
+                         headers=headers, timeout=60)
+    response.raise_for_status()
+    return int(response.json()["summary"]["totalEvents"])
+
+
+def measure(shape: str, seconds: float, connections: int, noop: bool, workdir: Path
+            ) -> dict[str, Any]:
+    per_request = SHAPES[shape]
+    data = workdir / f"{shape}-{'noop' if noop else 'real'}"
+    data.mkdir(parents=True)
+    settings = {"bench_noop_storage": "true"} if noop else {}
+    with serve(data, **settings) as server:
+        project_id, key = server.new_project()
+        drive(server.url, key, per_request, connections, 1)  # warm-up, not counted
+        before = 0 if noop else stored_events(server.url, project_id, server.headers())
+        result = drive(server.url, key, per_request, connections, seconds)
+        acknowledged = result["accepted_requests"] * per_request
+        out = {
+            "events_per_s": round(acknowledged / result["duration_s"], 1),
+            "requests_per_s": round(result["accepted_requests"] / result["duration_s"], 1),
+            "p50_ms": result["p50_ms"],
+            "p99_ms": result["p99_ms"],
+            "refused_requests": result["refused_requests"],
+            "errors": result["errors"],
+        }
+        if not noop:
+            time.sleep(0.5)  # requests cut off by wrk's deadline may still be completing
+            stored = stored_events(server.url, project_id, server.headers()) - before
+            out["acknowledged_events"] = acknowledged
+            out["stored_events"] = stored
+            out["lost_events"] = lost_events(acknowledged, stored)
+    return out
+
+
+def run(seconds: float, connections: dict[str, int]) -> dict[str, Any]:
+    if not wrk_available():
+        raise RuntimeError("wrk is not installed (Debian: apt-get install wrk)")
+    results: dict[str, Any] = {}
+    lost = 0
+    with tempfile.TemporaryDirectory(prefix="tally-ingest-") as tmp:
+        for shape in SHAPES:
+            real = measure(shape, seconds, connections[shape], noop=False, workdir=Path(tmp))
+            ceiling = measure(shape, seconds, connections[shape], noop=True, workdir=Path(tmp))
+            real["ceiling_events_per_s"] = ceiling["events_per_s"]
+            real["ceiling_p99_ms"] = ceiling["p99_ms"]
+            real["ceiling_ratio"] = round(real["events_per_s"] / ceiling["events_per_s"], 3)
+            lost += real["lost_events"]
+            results[shape] = real
+    results["lost_events"] = lost
+    return results

@@ -1,0 +1,106 @@
+"""The benchmark suite's own logic: percentiles, the lost-events check, wrk parsing, the
+generator's determinism, and a smoke run of the whole suite on tiny sizes (no timings asserted)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from benchmarks.common import flatten, lost_events, percentile
+from benchmarks.dashboard import size_label
+from benchmarks.generate import generate
+from benchmarks.ingest import parse_wrk
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_percentile_interpolates_between_ranks():
+    assert percentile([5], 99) == 5
+    assert percentile([1, 2, 3, 4], 0) == 1 and percentile([1, 2, 3, 4], 100) == 4
+    assert percentile([4, 1, 3, 2], 50) == 2.5
+    assert percentile(list(range(1, 101)), 95) == pytest.approx(95.05)
+    with pytest.raises(ValueError):
+        percentile([], 50)
+    with pytest.raises(ValueError):
+        percentile([1], 101)
+
+
+def test_lost_events_counts_only_missing_acknowledged_events():
+    assert lost_events(acknowledged=100, stored=100) == 0
+    assert lost_events(acknowledged=100, stored=97) == 3
+    # Requests cut off by the load generator's deadline may be stored without an answer.
+    assert lost_events(acknowledged=100, stored=104) == 0
+
+
+def test_parse_wrk_reads_the_script_summary():
+    out = ("Running 1s test @ http://127.0.0.1:1\n"
+           'TALLY_RESULT {"accepted_requests": 10, "refused_requests": 1, "events_per_request": 100,'
+           ' "duration_s": 1.0, "p50_ms": 3.5, "p99_ms": 9.0, "errors": 0}\n')
+    assert parse_wrk(out)["accepted_requests"] == 10
+    with pytest.raises(ValueError):
+        parse_wrk("no summary")
+
+
+def test_flatten_and_labels():
+    assert flatten({"a": {"b": 1, "c": {"d": 2}}}) == {"a.b": 1, "a.c.d": 2}
+    assert [size_label(n) for n in (1_000_000, 10_000_000, 20_000, 1234)] == ["1M", "10M", "20k",
+                                                                           "1234"]
+
+
+def test_generator_is_deterministic_and_realistic(client):
+    from datetime import UTC, datetime
+
+    storage = client.app.state.storage
+    now = datetime(2026, 6, 1, 12, tzinfo=UTC)
+    a, b, c = (uuid.uuid4().hex[:24] for _ in range(3))
+    generate(storage, a, 6_000, seed=5, now=now)
+    generate(storage, b, 6_000, seed=5, now=now)
+    generate(storage, c, 6_000, seed=6, now=now)
+
+    def shape(project: str) -> list[tuple]:
+        return storage.query(
+            f"SELECT name, path, referrer, session_id, visitor_id, browser, device_type, "
+            f"occurred_at, duration_ms FROM {storage.database}.events "
+            "WHERE project_id = {p:String} ORDER BY occurred_at, session_id, name, path",
+            {"p": project})
+
+    assert shape(a) == shape(b)
+    assert shape(a) != shape(c)
+    stats = storage.query(
+        f"SELECT count(), countIf(name = 'pageview'), countIf(name = 'session_end'), "
+        f"uniqExact(session_id), uniqExact(visitor_id), uniqExact(toDate(occurred_at)), "
+        f"max(occurred_at) <= {{now:DateTime64(3, 'UTC')}} "
+        f"FROM {storage.database}.events WHERE project_id = {{p:String}}",
+        {"p": a, "now": now})[0]
+    total, pageviews, ends, sessions, visitors, days, not_future = stats
+    assert total == 6_000 and ends == sessions == 1_000
+    assert 1_000 <= pageviews <= 4_000 and visitors < sessions and days > 60 and not_future
+
+
+@pytest.mark.slow
+def test_smoke_run_of_the_suite(tmp_path):
+    args = [sys.executable, "-m", "benchmarks", "--smoke", "--output", "smoke.json"]
+    if shutil.which("wrk") is None:
+        args += ["--only", "dashboard"]  # the ingest part needs wrk (Debian: apt-get install wrk)
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((ROOT / "benchmarks" / "results" / "smoke.json").read_text())
+    keys = flatten(results)
+    for size in ("2k", "20k"):
+        for days in (7, 30, 90):
+            row = results["dashboard"][size][f"{days}d"]
+            assert row["exact"] is True  # rollups and raw SQL agree to the number
+            assert {"p50_ms", "p95_ms", "raw_over_rollup"} <= set(row)
+    assert {"machine.cores", "storage", "git_commit"} <= set(keys)
+    if "ingest" in results:
+        assert results["ingest"]["lost_events"] == 0
+        for name in ("ingest.batch.events_per_s", "ingest.batch.p99_ms",
+                     "ingest.batch.ceiling_ratio", "ingest.single.requests_per_s",
+                     "ingest.single.p99_ms", "ingest.single.ceiling_ratio"):
+            assert name in keys
