@@ -72,8 +72,14 @@ def main(argv: list[str] | None = None) -> int:
                         help=argparse.SUPPRESS)
     parser.add_argument("--only", choices=["ingest", "dashboard"])
     parser.add_argument("--output", default="latest.json", help="file name under results/")
+    parser.add_argument("--sizes", help="tenant sizes in events, comma-separated (e.g. 1000000)")
+    parser.add_argument("--seconds", type=float, help="duration of each ingest run")
     args = parser.parse_args(argv)
-    mode = MODES[args.mode or "full"]
+    mode = dict(MODES[args.mode or "full"])
+    if args.sizes:
+        mode["sizes"] = [int(size) for size in args.sizes.split(",")]
+    if args.seconds:
+        mode["seconds"] = args.seconds
     started = time.monotonic()
     results: dict[str, Any] = {
         "mode": args.mode or "full",

@@ -42,7 +42,7 @@ def parse_wrk(output: str) -> dict[str, Any]:
 def drive(url: str, key: str, events: int, connections: int, seconds: float) -> dict[str, Any]:
     env = {**os.environ, "TALLY_KEY": key, "TALLY_EVENTS": str(events)}
     done = subprocess.run(
-        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s", "-s", str(LUA),
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "10s", "-s", str(LUA),
          url],
         env=env, capture_output=True, text=True, check=True,
     )
