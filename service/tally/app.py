@@ -17,8 +17,10 @@ from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
+from litestar.types import Message, Scope
 
 from .config import Settings, load_settings
+from .domain.privacy import IpHasher
 from .http.auth import SessionVerifier
 from .http.controllers import ProjectController, collect, dashboard, health
 from .http.errors import EXCEPTION_HANDLERS
@@ -52,6 +54,23 @@ CORS = CORSConfig(
     allow_headers=["content-type", "x-api-key", "authorization"],
     max_age=86400,
 )
+
+
+# Sent with every response, errors included: an API has nothing to frame, sniff or cache.
+SECURITY_HEADERS = [
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
+    (b"cache-control", b"no-store"),
+]
+
+
+async def add_security_headers(message: Message, scope: Scope) -> None:
+    if message["type"] == "http.response.start":
+        present = {name.lower() for name, _ in message.get("headers", [])}
+        extra = [(n, v) for n, v in SECURITY_HEADERS if n not in present]
+        message["headers"] = [*message.get("headers", []), *extra]
 
 
 def _noop_insert(rows: list[tuple[Any, ...]], token: str) -> None:
@@ -104,7 +123,7 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
             "settings": settings,
             "sessions": SessionVerifier(settings),
             "limits": RateLimits(settings),
-            "hash_ip": str,
+            "hash_ip": IpHasher(settings) if settings.ip_privacy == "hash" else str,
         }
     )
     return Litestar(
@@ -114,6 +133,7 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
         exception_handlers=EXCEPTION_HANDLERS,
         openapi_config=OPENAPI,
         cors_config=CORS,
+        before_send=[add_security_headers],
         logging_config=None,
         debug=False,
     )

@@ -62,6 +62,11 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     # How long a stopping worker may take to finish requests and flush its buffer.
     shutdown_timeout_seconds: int = 30
 
+    # "store" keeps each event's client IP; "hash" keeps a salted SHA-256 of it instead, the salt
+    # rotating daily (derived from ip_hash_secret, or a random secret kept in the data folder).
+    ip_privacy: str = "store"
+    ip_hash_secret: str = ""
+
     log_level: str = "INFO"
 
     # Benchmark-only: acknowledge events without storing them, to measure the HTTP stack's
@@ -136,9 +141,9 @@ def settings_to_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def dev_secret(settings: Settings, create: bool = True) -> str:
-    """The dev-mode HS256 secret kept in the data folder, created on first use."""
-    path = settings.data_path / DEV_SECRET_FILE
+def dev_secret(settings: Settings, create: bool = True, name: str = DEV_SECRET_FILE) -> str:
+    """A random secret kept in the data folder (``name``), created on first use."""
+    path = settings.data_path / name
     if path.is_file():
         return path.read_text().strip()
     if not create:

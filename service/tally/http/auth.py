@@ -129,7 +129,16 @@ def _bearer(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
     scheme, _, token = header.partition(" ")
     if scheme.lower() == "bearer" and token.strip():
         return token.strip()
-    return connection.cookies.get(SESSION_COOKIE) or None
+    cookie = connection.cookies.get(SESSION_COOKIE) or None
+    if cookie and connection.scope.get("method") == "POST":
+        # CSRF: a cross-site page can make a browser send the cookie with a "simple" POST
+        # (text/plain or a form, no preflight). A JSON content type forces a CORS preflight,
+        # which a credentialed cross-origin request fails (Tally never allows credentials), so
+        # a cookie authenticates a POST only when it declares JSON. (DELETE is always preflighted.)
+        content_type = connection.headers.get("content-type", "").split(";")[0].strip().lower()
+        if content_type != "application/json":
+            return None
+    return cookie
 
 
 async def session_guard(

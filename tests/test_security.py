@@ -1,0 +1,55 @@
+"""Security headers, the CSRF rule for cookie sessions, and the IP privacy option."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+from conftest import new_project, stored, token
+
+from tally.config import Settings
+from tally.domain.privacy import IpHasher
+
+
+def test_security_headers_on_every_response(client):
+    for response in (client.get("/api/health"), client.get("/api/projects"),
+                     client.post("/api/collect", json={}), client.get("/api/no-such-route")):
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert response.headers["x-frame-options"] == "DENY"
+        assert response.headers["referrer-policy"] == "no-referrer"
+        assert "frame-ancestors 'none'" in response.headers["content-security-policy"]
+
+
+def test_cookie_sessions_post_only_json(client, user):
+    cookie = {"cookie": f"tally_session={token(user)}"}
+    simple = client.post("/api/projects", content=b'{"name": "Forged"}',
+                         headers={**cookie, "content-type": "text/plain"})
+    assert (simple.status_code, simple.json()) == (401, {"error": "Unauthorized"})
+    json_post = client.post("/api/projects", content=b'{"name": "Mine"}',
+                            headers={**cookie, "content-type": "application/json"})
+    assert json_post.status_code == 201
+    names = [p["name"] for p in client.get("/api/projects", headers=cookie).json()["projects"]]
+    assert names == ["Mine"]
+
+
+def test_ip_is_stored_hashed_when_asked(make_client):
+    with make_client(ip_privacy="hash", ip_hash_secret="s" * 32) as client:
+        project_id, key = new_project(client)
+        for _ in range(2):
+            client.post("/api/collect", json={"events": [{"name": "a"}]},
+                        headers={"x-api-key": key, "x-forwarded-for": "203.0.113.7"})
+        ips = {row[0] for row in stored(client, "SELECT ip FROM {db}.events "
+                                        "WHERE project_id = {p:String}", p=project_id)}
+        assert len(ips) == 1
+        (ip,) = ips
+        assert re.fullmatch(r"[0-9a-f]{32}", ip) and "203.0.113.7" not in ip
+
+
+def test_ip_hash_salt_rotates_daily():
+    hasher = IpHasher(Settings(ip_privacy="hash", ip_hash_secret="k" * 32))
+    today = datetime(2026, 11, 22, 10, tzinfo=UTC)
+    assert hasher("198.51.100.1", today) == hasher("198.51.100.1", today + timedelta(hours=13))
+    assert hasher("198.51.100.1", today) != hasher("198.51.100.1", today + timedelta(days=1))
+    assert hasher("198.51.100.1", today) != hasher("198.51.100.2", today)
+    other = IpHasher(Settings(ip_privacy="hash", ip_hash_secret="x" * 32))
+    assert other("198.51.100.1", today) != hasher("198.51.100.1", today)
