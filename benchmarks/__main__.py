@@ -16,19 +16,37 @@ from .common import RESULTS, flatten, git_commit, machine, write_results
 
 MODES: dict[str, dict[str, Any]] = {
     # Under three minutes on a 2-core machine.
-    "quick": {"sizes": [100_000, 1_000_000], "repeat": 8, "http_repeat": 10, "seconds": 5,
-              "connections": {"batch": 64, "single": 64}},
-    "full": {"sizes": [1_000_000, 10_000_000, 100_000_000], "repeat": 20, "http_repeat": 30,
-             "seconds": 20, "connections": {"batch": 256, "single": 256}},
+    "quick": {
+        "sizes": [100_000, 1_000_000],
+        "repeat": 8,
+        "http_repeat": 10,
+        "seconds": 5,
+        "connections": {"batch": 64, "single": 64},
+    },
+    "full": {
+        "sizes": [1_000_000, 10_000_000, 100_000_000],
+        "repeat": 20,
+        "http_repeat": 30,
+        "seconds": 20,
+        "connections": {"batch": 256, "single": 256},
+    },
     # For the test suite: proves the suite runs, measures nothing worth keeping.
-    "smoke": {"sizes": [2_000, 20_000], "repeat": 2, "http_repeat": 2, "seconds": 1,
-              "connections": {"batch": 4, "single": 4}},
+    "smoke": {
+        "sizes": [2_000, 20_000],
+        "repeat": 2,
+        "http_repeat": 2,
+        "seconds": 1,
+        "connections": {"batch": 4, "single": 4},
+    },
 }
 
 
 def table(results: dict[str, Any]) -> str:
-    rows = [f"{k:<48} {v}" for k, v in flatten(results).items()
-            if not isinstance(v, list) and k.split(".")[0] in ("ingest", "dashboard")]
+    rows = [
+        f"{k:<48} {v}"
+        for k, v in flatten(results).items()
+        if not isinstance(v, list) and k.split(".")[0] in ("ingest", "dashboard")
+    ]
     return "\n".join(rows)
 
 
@@ -47,16 +65,27 @@ def plot(results: dict[str, Any], path: Any) -> bool:
     events = [sizes[label]["events"] for label in labels]
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for days in dashboard.WINDOWS:
-        ax.plot(events, [sizes[label][f"{days}d"]["p95_ms"] for label in labels], marker="o",
-                label=f"GET /api/dashboard, {days} days (p95)")
-    ax.plot(events, [sizes[label]["90d"]["raw_p95_ms"] for label in labels], marker="x",
-            linestyle="--", label="raw SQL only, 90 days (p95)")
+        ax.plot(
+            events,
+            [sizes[label][f"{days}d"]["p95_ms"] for label in labels],
+            marker="o",
+            label=f"GET /api/dashboard, {days} days (p95)",
+        )
+    ax.plot(
+        events,
+        [sizes[label]["90d"]["raw_p95_ms"] for label in labels],
+        marker="x",
+        linestyle="--",
+        label="raw SQL only, 90 days (p95)",
+    )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("events of the tenant (a neighbour of the same size shares the tables)")
     ax.set_ylabel("latency, ms")
-    ax.set_title(f"Dashboard latency vs tenant size ({results['machine']['cores']} cores, "
-                 f"{results['storage']} storage)")
+    ax.set_title(
+        f"Dashboard latency vs tenant size ({results['machine']['cores']} cores, "
+        f"{results['storage']} storage)"
+    )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -68,8 +97,9 @@ def plot(results: dict[str, Any], path: Any) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_const", dest="mode", const="quick")
-    parser.add_argument("--smoke", action="store_const", dest="mode", const="smoke",
-                        help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--smoke", action="store_const", dest="mode", const="smoke", help=argparse.SUPPRESS
+    )
     parser.add_argument("--only", choices=["ingest", "dashboard"])
     parser.add_argument("--output", default="latest.json", help="file name under results/")
     parser.add_argument("--sizes", help="tenant sizes in events, comma-separated (e.g. 1000000)")

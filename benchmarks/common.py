@@ -52,14 +52,23 @@ def machine() -> dict[str, Any]:
             memory = int(fh.readline().split()[1]) * 1024
     except OSError:
         pass
-    return {"cores": os.cpu_count(), "memory_bytes": memory, "python": platform.python_version(),
-            "platform": platform.platform()}
+    return {
+        "cores": os.cpu_count(),
+        "memory_bytes": memory,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
 
 
 def git_commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, cwd=Path(__file__).parent, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).parent,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -84,8 +93,12 @@ class Server:
         return {"authorization": f"Bearer {self.token(sub)}"}
 
     def new_project(self, sub: str = "bench") -> tuple[str, str]:
-        response = httpx.post(f"{self.url}/api/projects", json={"name": "bench"},
-                              headers=self.headers(sub), timeout=30)
+        response = httpx.post(
+            f"{self.url}/api/projects",
+            json={"name": "bench"},
+            headers=self.headers(sub),
+            timeout=30,
+        )
         response.raise_for_status()
         return response.json()["projectId"], response.json()["apiKey"]
 
@@ -95,20 +108,27 @@ def serve(data_dir: Path, clickhouse_url: str = "", **settings: str) -> Iterator
     """Run `tally serve` with benchmark-friendly limits until the block ends."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TALLY_")}
-    env.update({
-        "TALLY_DATA_DIR": str(data_dir),
-        "TALLY_JWT_SECRET": JWT_SECRET,
-        "TALLY_COLLECT_LIMIT_PER_KEY": "",
-        "TALLY_COLLECT_LIMIT_PER_IP": "",
-        "TALLY_SESSION_LIMIT_PER_USER": "",
-        "TALLY_LOG_LEVEL": "WARNING",
-    })
+    env.update(
+        {
+            "TALLY_DATA_DIR": str(data_dir),
+            "TALLY_JWT_SECRET": JWT_SECRET,
+            "TALLY_COLLECT_LIMIT_PER_KEY": "",
+            "TALLY_COLLECT_LIMIT_PER_IP": "",
+            "TALLY_SESSION_LIMIT_PER_USER": "",
+            "TALLY_LOG_LEVEL": "WARNING",
+        }
+    )
     if clickhouse_url:
         env["TALLY_CLICKHOUSE_URL"] = clickhouse_url
     env.update({f"TALLY_{k.upper()}": str(v) for k, v in settings.items()})
     log = open(data_dir / f"serve-{port}.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([sys.executable, "-m", "tally", "serve", "--port", str(port)],
-                            env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tally", "serve", "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120

@@ -85,9 +85,14 @@ def _worker(url: str, events: int, repeat: int) -> dict[str, Any]:
     load_seconds += generate(storage, neighbour.id, events, seed=2)
 
     # recentEvents and liveVisitors read the raw table in the service too: same SQL both ways.
-    raw_sql = {name: sql.replace("{db}", storage.database) for name, sql in
-               {**RAW_QUERIES, "recent": service_queries.QUERIES["recent"],
-                "live": service_queries.QUERIES["live"]}.items()}
+    raw_sql = {
+        name: sql.replace("{db}", storage.database)
+        for name, sql in {
+            **RAW_QUERIES,
+            "recent": service_queries.QUERIES["recent"],
+            "live": service_queries.QUERIES["live"],
+        }.items()
+    }
 
     async def rollup(window: Window) -> Any:
         return build_dashboard(await service_queries.fetch(storage, tenant.id, window), window)
@@ -96,7 +101,8 @@ def _worker(url: str, events: int, repeat: int) -> dict[str, Any]:
         params = service_queries.parameters(tenant.id, window)
         rows = await asyncio.gather(*(storage.aquery(sql, params) for sql in raw_sql.values()))
         return build_dashboard(
-            service_queries.DashboardRows(**dict(zip(raw_sql, rows, strict=True))), window)
+            service_queries.DashboardRows(**dict(zip(raw_sql, rows, strict=True))), window
+        )
 
     async def timed(fn: Any, window: Window) -> list[float]:
         await fn(window)  # warm
@@ -116,8 +122,10 @@ def _worker(url: str, events: int, repeat: int) -> dict[str, Any]:
             a.live_visitors = b.live_visitors = 0
             fast, slow = await timed(rollup, window), await timed(raw, window)
             out[f"{days}d"] = {
-                "rollup_p50_ms": percentile(fast, 50), "rollup_p95_ms": percentile(fast, 95),
-                "raw_p50_ms": percentile(slow, 50), "raw_p95_ms": percentile(slow, 95),
+                "rollup_p50_ms": percentile(fast, 50),
+                "rollup_p95_ms": percentile(fast, 95),
+                "raw_p50_ms": percentile(slow, 50),
+                "raw_p95_ms": percentile(slow, 95),
                 "exact": a == b,
             }
         return out
@@ -135,7 +143,9 @@ def run_size(events: int, repeat: int, http_repeat: int, workdir: Path) -> dict[
     url = f"chdb://{data / 'clickhouse'}"
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.dashboard", "--worker", url, str(events), str(repeat)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if done.returncode != 0:
         raise RuntimeError(f"dashboard worker failed: {done.stderr[-2000:]}")
@@ -160,8 +170,9 @@ def run_size(events: int, repeat: int, http_repeat: int, workdir: Path) -> dict[
     return result
 
 
-def run(sizes: list[int], repeat: int, http_repeat: int, workdir: Path | None = None
-        ) -> dict[str, Any]:
+def run(
+    sizes: list[int], repeat: int, http_repeat: int, workdir: Path | None = None
+) -> dict[str, Any]:
     """Dashboard results keyed by a readable size (``1M``) and window (``90d``)."""
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="tally-bench-") as tmp:
@@ -173,7 +184,8 @@ def run(sizes: list[int], repeat: int, http_repeat: int, workdir: Path | None = 
         for days in WINDOWS:
             first, last = out[labels[0]][f"{days}d"], out[labels[-1]][f"{days}d"]
             out[labels[-1]][f"{days}d"][f"p95_growth_from_{labels[0]}"] = round(
-                last["p95_ms"] / first["p95_ms"], 2)
+                last["p95_ms"] / first["p95_ms"], 2
+            )
     return out
 
 

@@ -32,10 +32,19 @@ REFERRERS = 500
 CHUNK = 2_000_000
 
 # Hour-of-day weights (UTC): each hour appears as many times as its weight.
-HOURS = [h for h, w in enumerate([1, 1, 1, 1, 1, 2, 3, 4, 5, 6, 6, 6, 7, 8, 8, 8, 8, 7, 6, 5, 4,
-                                   3, 2, 1]) for _ in range(w)]
-BROWSERS = ["Chrome"] * 60 + ["Mobile Safari"] * 18 + ["Safari"] * 8 + ["Firefox"] * 6 + \
-    ["Edge"] * 5 + ["Samsung Internet"] * 3
+HOURS = [
+    h
+    for h, w in enumerate([1, 1, 1, 1, 1, 2, 3, 4, 5, 6, 6, 6, 7, 8, 8, 8, 8, 7, 6, 5, 4, 3, 2, 1])
+    for _ in range(w)
+]
+BROWSERS = (
+    ["Chrome"] * 60
+    + ["Mobile Safari"] * 18
+    + ["Safari"] * 8
+    + ["Firefox"] * 6
+    + ["Edge"] * 5
+    + ["Samsung Internet"] * 3
+)
 DEVICES = ["desktop"] * 55 + ["mobile"] * 40 + ["tablet"] * 5
 CUSTOM = ["signup", "click", "purchase", "search"]
 
@@ -98,8 +107,9 @@ FROM numbers({{start:UInt64}}, {{count:UInt64}})
 """
 
 
-def generate(storage: Storage, project_id: str, events: int, seed: int = 1,
-             now: datetime | None = None) -> float:
+def generate(
+    storage: Storage, project_id: str, events: int, seed: int = 1, now: datetime | None = None
+) -> float:
     """Load ``events`` events for ``project_id``; return the seconds it took."""
     started = time.perf_counter()
     now = now or datetime.now(UTC)
@@ -107,8 +117,14 @@ def generate(storage: Storage, project_id: str, events: int, seed: int = 1,
     sql = insert_sql(storage.database)
     settings = {**INSERT_SETTINGS, "insert_deduplicate": 0}
     for start in range(0, events, CHUNK):
-        params = {"seed": seed, "sessions": sessions, "now": now, "project": project_id,
-                  "start": start, "count": min(CHUNK, events - start)}
+        params = {
+            "seed": seed,
+            "sessions": sessions,
+            "now": now,
+            "project": project_id,
+            "start": start,
+            "count": min(CHUNK, events - start),
+        }
         with storage.client() as client:
             client.command(sql, parameters=params, settings=settings)
     return time.perf_counter() - started

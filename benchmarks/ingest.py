@@ -42,22 +42,39 @@ def parse_wrk(output: str) -> dict[str, Any]:
 def drive(url: str, key: str, events: int, connections: int, seconds: float) -> dict[str, Any]:
     env = {**os.environ, "TALLY_KEY": key, "TALLY_EVENTS": str(events)}
     done = subprocess.run(
-        ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "10s", "-s", str(LUA),
-         url],
-        env=env, capture_output=True, text=True, check=True,
+        [
+            "wrk",
+            "-t1",
+            f"-c{connections}",
+            f"-d{seconds:g}s",
+            "--timeout",
+            "10s",
+            "-s",
+            str(LUA),
+            url,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return parse_wrk(done.stdout)
 
 
 def stored_events(server_url: str, project_id: str, headers: dict[str, str]) -> int:
-    response = httpx.get(f"{server_url}/api/dashboard", params={"projectId": project_id, "days": 2},
-                         headers=headers, timeout=60)
+    response = httpx.get(
+        f"{server_url}/api/dashboard",
+        params={"projectId": project_id, "days": 2},
+        headers=headers,
+        timeout=60,
+    )
     response.raise_for_status()
     return int(response.json()["summary"]["totalEvents"])
 
 
-def measure(shape: str, seconds: float, connections: int, noop: bool, workdir: Path
-            ) -> dict[str, Any]:
+def measure(
+    shape: str, seconds: float, connections: int, noop: bool, workdir: Path
+) -> dict[str, Any]:
     per_request = SHAPES[shape]
     data = workdir / f"{shape}-{'noop' if noop else 'real'}"
     data.mkdir(parents=True)

@@ -62,8 +62,9 @@ def make_client(chdb_path: Path, tmp_path: Path):
 @pytest.fixture(scope="session")
 def client(chdb_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient[Any]]:
     # Per-user limits would otherwise count every test's requests against the same few users.
-    settings = make_settings(chdb_path, tmp_path_factory.mktemp("shared"),
-                             session_limit_per_user="1000000/second")
+    settings = make_settings(
+        chdb_path, tmp_path_factory.mktemp("shared"), session_limit_per_user="1000000/second"
+    )
     with running(settings) as test_client:
         yield test_client
 
@@ -82,7 +83,9 @@ def auth(sub: str) -> dict[str, str]:
     return {"authorization": f"Bearer {token(sub)}"}
 
 
-def new_project(client: TestClient[Any], user: str = "alice", name: str = "Site") -> tuple[str, str]:
+def new_project(
+    client: TestClient[Any], user: str = "alice", name: str = "Site"
+) -> tuple[str, str]:
     """Create a project as ``user``; return (project id, API key)."""
     response = client.post("/api/projects", json={"name": name}, headers=auth(user))
     assert response.status_code == 201, response.text

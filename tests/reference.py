@@ -31,8 +31,12 @@ class Sent:
             "name": self.name,
             "occurredAt": self.occurred_at.isoformat().replace("+00:00", "Z"),
         }
-        for key, attr in (("path", "path"), ("referrer", "referrer"), ("sessionId", "session_id"),
-                          ("visitorId", "visitor_id")):
+        for key, attr in (
+            ("path", "path"),
+            ("referrer", "referrer"),
+            ("sessionId", "session_id"),
+            ("visitorId", "visitor_id"),
+        ):
             if getattr(self, attr):
                 body[key] = getattr(self, attr)
         metadata = dict(self.metadata)
@@ -61,11 +65,13 @@ def dashboard(events: list[Sent], now: datetime, days: int) -> dict[str, Any]:
     timeline = []
     for i in range(days):
         day = first + timedelta(days=i)
-        timeline.append({
-            "day": day.isoformat(),
-            "events": sum(1 for e in inside if e.occurred_at.date() == day),
-            "pageviews": sum(1 for e in pageviews if e.occurred_at.date() == day),
-        })
+        timeline.append(
+            {
+                "day": day.isoformat(),
+                "events": sum(1 for e in inside if e.occurred_at.date() == day),
+                "pageviews": sum(1 for e in pageviews if e.occurred_at.date() == day),
+            }
+        )
 
     session_pageviews: Counter[str] = Counter()
     for e in inside:
@@ -75,12 +81,15 @@ def dashboard(events: list[Sent], now: datetime, days: int) -> dict[str, Any]:
     bounced = [s for s in with_pageviews if session_pageviews[s] == 1]
     bounce = (
         float(_half_up(Decimal(100 * len(bounced)) / Decimal(len(with_pageviews)), 2))
-        if with_pageviews else 0.0
+        if with_pageviews
+        else 0.0
     )
 
     first_seen: dict[str, datetime] = {}
     for e in inside:
-        if e.session_id and (e.session_id not in first_seen or e.occurred_at < first_seen[e.session_id]):
+        if e.session_id and (
+            e.session_id not in first_seen or e.occurred_at < first_seen[e.session_id]
+        ):
             first_seen[e.session_id] = e.occurred_at
     durations: list[Decimal] = []
     for e in inside:
@@ -110,19 +119,24 @@ def dashboard(events: list[Sent], now: datetime, days: int) -> dict[str, Any]:
         },
         "timeline": timeline,
         "topPaths": _top(Counter(e.path for e in pageviews if e.path), "path", "views"),
-        "topReferrers": _top(Counter(e.referrer for e in pageviews if e.referrer), "referrer",
-                             "count"),
+        "topReferrers": _top(
+            Counter(e.referrer for e in pageviews if e.referrer), "referrer", "count"
+        ),
         "browserBreakdown": _top(Counter(e.browser for e in inside), "browser", "count"),
         "deviceBreakdown": _top(Counter(e.device_type for e in inside), "deviceType", "count"),
         "eventBreakdown": _top(Counter(e.name for e in inside), "name", "count"),
         "hourlyHeatmap": [{"hour": h, "count": hours.get(h, 0)} for h in range(24)],
         "recentEvents": [
-            {"name": e.name, "path": e.path, "visitorId": e.visitor_id,
-             "occurredAt": e.occurred_at.strftime("%Y-%m-%dT%H:%M:%S.")
-             + f"{e.occurred_at.microsecond // 1000:03d}Z"}
+            {
+                "name": e.name,
+                "path": e.path,
+                "visitorId": e.visitor_id,
+                "occurredAt": e.occurred_at.strftime("%Y-%m-%dT%H:%M:%S.")
+                + f"{e.occurred_at.microsecond // 1000:03d}Z",
+            }
             for e in recent
         ],
-        "liveVisitors": len({e.visitor_id for e in events
-                             if e.visitor_id and live_since <= e.occurred_at <= now}),
+        "liveVisitors": len(
+            {e.visitor_id for e in events if e.visitor_id and live_since <= e.occurred_at <= now}
+        ),
     }
-

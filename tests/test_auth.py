@@ -10,9 +10,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import jwt
 import pytest
-from conftest import JWT_SECRET
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+
+from conftest import JWT_SECRET
 
 
 def bearer(tok: str) -> dict[str, str]:
@@ -52,7 +53,9 @@ def test_valid_hs256(client):
         pytest.param(lambda: hs({k: v for k, v in claims().items() if k != "sub"}), id="no sub"),
         pytest.param(lambda: hs(claims(sub="")), id="empty sub"),
         pytest.param(lambda: hs(claims(sub=42)), id="sub not a string"),
-        pytest.param(lambda: hs(claims(), secret="another-secret-of-sufficient-length!!"), id="wrong secret"),
+        pytest.param(
+            lambda: hs(claims(), secret="another-secret-of-sufficient-length!!"), id="wrong secret"
+        ),
         pytest.param(lambda: hs(claims(), alg="HS512"), id="other algorithm"),
         pytest.param(lambda: unsigned(claims()), id="alg none"),
         pytest.param(lambda: hs(claims())[:-4] + "AAAA", id="tampered signature"),
@@ -89,13 +92,21 @@ class Jwks:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802
+            def do_GET(self):
                 outer.hits += 1
-                body = json.dumps({"keys": [
-                    {**json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(k.public_key())),
-                     "kid": kid, "use": "sig", "alg": "RS256"}
-                    for kid, k in outer.keys.items()
-                ]}).encode()
+                body = json.dumps(
+                    {
+                        "keys": [
+                            {
+                                **json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(k.public_key())),
+                                "kid": kid,
+                                "use": "sig",
+                                "alg": "RS256",
+                            }
+                            for kid, k in outer.keys.items()
+                        ]
+                    }
+                ).encode()
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(body)))
@@ -156,10 +167,16 @@ def test_unknown_kids_do_not_hammer_the_provider(make_client, jwks):
 def test_hs256_signed_with_the_public_key_is_refused(make_client, jwks):
     """Algorithm confusion: an HS256 token whose 'secret' is the provider's public key."""
     with make_client(jwt_secret="", jwks_url=jwks.url) as client:
-        public_pem = jwks.keys["k1"].public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        public_pem = (
+            jwks.keys["k1"]
+            .public_key()
+            .public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
         )
-        header = base64.urlsafe_b64encode(json.dumps({"alg": "HS256", "kid": "k1"}).encode()).rstrip(b"=")
+        header = base64.urlsafe_b64encode(
+            json.dumps({"alg": "HS256", "kid": "k1"}).encode()
+        ).rstrip(b"=")
         payload = base64.urlsafe_b64encode(json.dumps(claims()).encode()).rstrip(b"=")
         import hashlib
         import hmac

@@ -11,7 +11,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from benchmarks.common import flatten, lost_events, percentile
 from benchmarks.dashboard import size_label
 from benchmarks.generate import generate
@@ -39,9 +38,11 @@ def test_lost_events_counts_only_missing_acknowledged_events():
 
 
 def test_parse_wrk_reads_the_script_summary():
-    out = ("Running 1s test @ http://127.0.0.1:1\n"
-           'TALLY_RESULT {"accepted_requests": 10, "refused_requests": 1, "events_per_request": 100,'
-           ' "duration_s": 1.0, "p50_ms": 3.5, "p99_ms": 9.0, "errors": 0}\n')
+    out = (
+        "Running 1s test @ http://127.0.0.1:1\n"
+        'TALLY_RESULT {"accepted_requests": 10, "refused_requests": 1, "events_per_request": 100,'
+        ' "duration_s": 1.0, "p50_ms": 3.5, "p99_ms": 9.0, "errors": 0}\n'
+    )
     assert parse_wrk(out)["accepted_requests"] == 10
     with pytest.raises(ValueError):
         parse_wrk("no summary")
@@ -49,8 +50,12 @@ def test_parse_wrk_reads_the_script_summary():
 
 def test_flatten_and_labels():
     assert flatten({"a": {"b": 1, "c": {"d": 2}}}) == {"a.b": 1, "a.c.d": 2}
-    assert [size_label(n) for n in (1_000_000, 10_000_000, 20_000, 1234)] == ["1M", "10M", "20k",
-                                                                           "1234"]
+    assert [size_label(n) for n in (1_000_000, 10_000_000, 20_000, 1234)] == [
+        "1M",
+        "10M",
+        "20k",
+        "1234",
+    ]
 
 
 def test_generator_is_deterministic_and_realistic(client):
@@ -68,7 +73,8 @@ def test_generator_is_deterministic_and_realistic(client):
             f"SELECT name, path, referrer, session_id, visitor_id, browser, device_type, "
             f"occurred_at, duration_ms FROM {storage.database}.events "
             "WHERE project_id = {p:String} ORDER BY occurred_at, session_id, name, path",
-            {"p": project})
+            {"p": project},
+        )
 
     assert shape(a) == shape(b)
     assert shape(a) != shape(c)
@@ -77,7 +83,8 @@ def test_generator_is_deterministic_and_realistic(client):
         f"uniqExact(session_id), uniqExact(visitor_id), uniqExact(toDate(occurred_at)), "
         f"max(occurred_at) <= {{now:DateTime64(3, 'UTC')}} "
         f"FROM {storage.database}.events WHERE project_id = {{p:String}}",
-        {"p": a, "now": now})[0]
+        {"p": a, "now": now},
+    )[0]
     total, pageviews, ends, sessions, visitors, days, not_future = stats
     assert total == 6_000 and ends == sessions == 1_000
     assert 1_000 <= pageviews <= 4_000 and visitors < sessions and days > 60 and not_future
@@ -100,7 +107,12 @@ def test_smoke_run_of_the_suite(tmp_path):
     assert {"machine.cores", "storage", "git_commit"} <= set(keys)
     if "ingest" in results:
         assert results["ingest"]["lost_events"] == 0
-        for name in ("ingest.batch.events_per_s", "ingest.batch.p99_ms",
-                     "ingest.batch.ceiling_ratio", "ingest.single.requests_per_s",
-                     "ingest.single.p99_ms", "ingest.single.ceiling_ratio"):
+        for name in (
+            "ingest.batch.events_per_s",
+            "ingest.batch.p99_ms",
+            "ingest.batch.ceiling_ratio",
+            "ingest.single.requests_per_s",
+            "ingest.single.p99_ms",
+            "ingest.single.ceiling_ratio",
+        ):
             assert name in keys

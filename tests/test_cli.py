@@ -47,23 +47,40 @@ def test_serve_in_dev_mode_from_any_directory(tmp_path):
     env = clean_env(tmp_path)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([*TALLY, "serve", "--port", str(port)], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [*TALLY, "serve", "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         wait_healthy(url, proc)
         assert (tmp_path / ".tally" / "clickhouse").is_dir()
-        token = subprocess.run([*TALLY, "token", "--sub", "dev"], cwd=tmp_path, env=env,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        token = subprocess.run(
+            [*TALLY, "token", "--sub", "dev"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         headers = {"authorization": f"Bearer {token}"}
         created = httpx.post(f"{url}/api/projects", json={"name": "Local"}, headers=headers)
         assert created.status_code == 201
         key = created.json()["apiKey"]
-        sent = httpx.post(f"{url}/api/collect", json={"events": [{"name": "pageview", "path": "/"}]},
-                          headers={"x-api-key": key})
+        sent = httpx.post(
+            f"{url}/api/collect",
+            json={"events": [{"name": "pageview", "path": "/"}]},
+            headers={"x-api-key": key},
+        )
         assert sent.status_code == 202
-        dashboard = httpx.get(f"{url}/api/dashboard",
-                              params={"projectId": created.json()["projectId"], "days": 1},
-                              headers=headers).json()
+        dashboard = httpx.get(
+            f"{url}/api/dashboard",
+            params={"projectId": created.json()["projectId"], "days": 1},
+            headers=headers,
+        ).json()
         assert dashboard["summary"]["pageviews"] == 1
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -74,27 +91,38 @@ def test_serve_in_dev_mode_from_any_directory(tmp_path):
 
 
 def test_embedded_storage_refuses_several_workers(tmp_path):
-    done = subprocess.run([*TALLY, "serve", "--workers", "2"], cwd=tmp_path, env=clean_env(tmp_path),
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [*TALLY, "serve", "--workers", "2"],
+        cwd=tmp_path,
+        env=clean_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode != 0
     assert "embedded ClickHouse engine allows one process" in done.stderr
 
 
 def test_migrate_is_idempotent_and_says_so(tmp_path):
     env = clean_env(tmp_path, TALLY_CLICKHOUSE_URL=f"chdb://{tmp_path}/ch")
-    first = subprocess.run([*TALLY, "migrate"], cwd=tmp_path, env=env, capture_output=True,
-                           text=True, timeout=120)
+    first = subprocess.run(
+        [*TALLY, "migrate"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert first.returncode == 0, first.stderr
     assert "applied 3 migration(s)" in first.stdout
-    second = subprocess.run([*TALLY, "migrate"], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=120)
+    second = subprocess.run(
+        [*TALLY, "migrate"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert second.returncode == 0 and "up to date" in second.stdout
 
 
 def test_migrate_reports_unreachable_storage(tmp_path):
-    env = clean_env(tmp_path, TALLY_CLICKHOUSE_URL=f"http://default:s3cr3t-pw@127.0.0.1:{free_port()}/tally")
-    done = subprocess.run([*TALLY, "migrate"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=120)
+    env = clean_env(
+        tmp_path, TALLY_CLICKHOUSE_URL=f"http://default:s3cr3t-pw@127.0.0.1:{free_port()}/tally"
+    )
+    done = subprocess.run(
+        [*TALLY, "migrate"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode != 0
     assert "cannot reach ClickHouse server http://127.0.0.1" in done.stderr
     assert "s3cr3t-pw" not in done.stderr  # credentials are not printed
@@ -102,6 +130,7 @@ def test_migrate_reports_unreachable_storage(tmp_path):
 
 def test_bad_storage_url(tmp_path):
     env = clean_env(tmp_path, TALLY_CLICKHOUSE_URL="postgres://x")
-    done = subprocess.run([*TALLY, "migrate"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [*TALLY, "migrate"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode != 0 and "invalid TALLY_CLICKHOUSE_URL" in done.stderr

@@ -6,6 +6,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+
 from conftest import new_project, stored
 
 SAFARI_IPHONE = (
@@ -27,13 +28,15 @@ def post(client, key, body, **headers):
     if key is not None:
         headers["x-api-key"] = key
     content = body if isinstance(body, bytes | str) else json.dumps(body)
-    return client.post("/api/collect", content=content,
-                       headers={"content-type": "application/json", **headers})
+    return client.post(
+        "/api/collect", content=content, headers={"content-type": "application/json", **headers}
+    )
 
 
 def count(client, project_id):
-    return stored(client, "SELECT count() FROM {db}.events WHERE project_id = {p:String}",
-                  p=project_id)[0][0]
+    return stored(
+        client, "SELECT count() FROM {db}.events WHERE project_id = {p:String}", p=project_id
+    )[0][0]
 
 
 def one(**fields):
@@ -71,11 +74,13 @@ def test_query_parameter_key(client, project):
 
 def test_header_wins_over_query(client, project):
     project_id, key = project
-    ok = client.post("/api/collect?apiKey=wrong", content=json.dumps(one()),
-                     headers={"x-api-key": key})
+    ok = client.post(
+        "/api/collect?apiKey=wrong", content=json.dumps(one()), headers={"x-api-key": key}
+    )
     assert ok.status_code == 202
-    bad = client.post(f"/api/collect?apiKey={key}", content=json.dumps(one()),
-                      headers={"x-api-key": "wrong"})
+    bad = client.post(
+        f"/api/collect?apiKey={key}", content=json.dumps(one()), headers={"x-api-key": "wrong"}
+    )
     assert (bad.status_code, bad.json()) == (401, {"error": "Invalid API key"})
     assert count(client, project_id) == 1
 
@@ -136,23 +141,40 @@ def test_full_event_is_stored_as_sent(client, project):
         "FROM {db}.events WHERE project_id = {p:String}",
         p=project_id,
     )[0]
-    assert row[:6] == ("signup", "/pricing?plan=pro", "https://shop.example/pricing?plan=pro",
-                       "https://news.example/", "s-1", "v-1")
+    assert row[:6] == (
+        "signup",
+        "/pricing?plan=pro",
+        "https://shop.example/pricing?plan=pro",
+        "https://news.example/",
+        "s-1",
+        "v-1",
+    )
     assert row[6].replace(tzinfo=UTC) == datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
     assert json.loads(row[7]) == event["metadata"]
 
 
 # --- occurredAt -------------------------------------------------------------------------------
 def occurred(client, project_id):
-    rows = stored(client, "SELECT occurred_at, received_at FROM {db}.events "
-                  "WHERE project_id = {p:String}", p=project_id)
+    rows = stored(
+        client,
+        "SELECT occurred_at, received_at FROM {db}.events WHERE project_id = {p:String}",
+        p=project_id,
+    )
     return [(o.replace(tzinfo=UTC), r.replace(tzinfo=UTC)) for o, r in rows]
 
 
 def test_occurred_at_without_offset_is_utc_and_offsets_are_honoured(client, project):
     project_id, key = project
-    post(client, key, {"events": [{"name": "a", "occurredAt": "2026-03-01T10:00:00"},
-                                  {"name": "b", "occurredAt": "2026-03-01T12:00:00+02:00"}]})
+    post(
+        client,
+        key,
+        {
+            "events": [
+                {"name": "a", "occurredAt": "2026-03-01T10:00:00"},
+                {"name": "b", "occurredAt": "2026-03-01T12:00:00+02:00"},
+            ]
+        },
+    )
     times = sorted(o for o, _ in occurred(client, project_id))
     assert times == [datetime(2026, 3, 1, 10, tzinfo=UTC)] * 2
 
@@ -171,34 +193,56 @@ def test_omitted_occurred_at_is_receipt_time_and_future_is_clamped(client, proje
 # --- enrichment -------------------------------------------------------------------------------
 def test_ip_from_forwarded_for_and_user_agent_stored(client, project):
     project_id, key = project
-    post(client, key, one(), **{"x-forwarded-for": "203.0.113.7, 10.0.0.1",
-                                "user-agent": SAFARI_IPHONE})
-    row = stored(client, "SELECT ip, user_agent, browser, os, device_type FROM {db}.events "
-                 "WHERE project_id = {p:String}", p=project_id)[0]
+    post(
+        client,
+        key,
+        one(),
+        **{"x-forwarded-for": "203.0.113.7, 10.0.0.1", "user-agent": SAFARI_IPHONE},
+    )
+    row = stored(
+        client,
+        "SELECT ip, user_agent, browser, os, device_type FROM {db}.events "
+        "WHERE project_id = {p:String}",
+        p=project_id,
+    )[0]
     assert row == ("203.0.113.7", SAFARI_IPHONE, "Mobile Safari", "iOS", "mobile")
 
 
 def test_peer_address_without_forwarded_for(client, project):
     project_id, key = project
     post(client, key, one())
-    assert stored(client, "SELECT ip FROM {db}.events WHERE project_id = {p:String}",
-                  p=project_id)[0][0] == "testclient"
+    assert (
+        stored(client, "SELECT ip FROM {db}.events WHERE project_id = {p:String}", p=project_id)[0][
+            0
+        ]
+        == "testclient"
+    )
 
 
 def test_metadata_wins_over_user_agent(client, project):
     project_id, key = project
-    post(client, key, one(metadata={"browser": "Lynx", "deviceType": "tv"}),
-         **{"user-agent": CHROME_WINDOWS})
-    row = stored(client, "SELECT browser, os, device_type FROM {db}.events "
-                 "WHERE project_id = {p:String}", p=project_id)[0]
+    post(
+        client,
+        key,
+        one(metadata={"browser": "Lynx", "deviceType": "tv"}),
+        **{"user-agent": CHROME_WINDOWS},
+    )
+    row = stored(
+        client,
+        "SELECT browser, os, device_type FROM {db}.events WHERE project_id = {p:String}",
+        p=project_id,
+    )[0]
     assert row == ("Lynx", "Windows", "tv")
 
 
 def test_unknown_user_agent(client, project):
     project_id, key = project
     post(client, key, one(), **{"user-agent": ""})
-    row = stored(client, "SELECT browser, os, device_type FROM {db}.events "
-                 "WHERE project_id = {p:String}", p=project_id)[0]
+    row = stored(
+        client,
+        "SELECT browser, os, device_type FROM {db}.events WHERE project_id = {p:String}",
+        p=project_id,
+    )[0]
     assert row == ("Unknown", "Unknown", "Unknown")
 
 
@@ -241,10 +285,14 @@ INVALID = [
     pytest.param(one(visitorId=7), "$.events[0].visitorId", id="visitorId wrong type"),
     pytest.param(one(occurredAt="yesterday"), "$.events[0].occurredAt", id="occurredAt garbage"),
     pytest.param(one(occurredAt=1700000000), "$.events[0].occurredAt", id="occurredAt number"),
-    pytest.param(one(occurredAt="1969-12-31T23:59:59Z"), "$.events[0].occurredAt",
-                 id="occurredAt before 1970"),
-    pytest.param(one(metadata={f"k{i}": i for i in range(51)}), "$.events[0].metadata",
-                 id="metadata 51 keys"),
+    pytest.param(
+        one(occurredAt="1969-12-31T23:59:59Z"),
+        "$.events[0].occurredAt",
+        id="occurredAt before 1970",
+    ),
+    pytest.param(
+        one(metadata={f"k{i}": i for i in range(51)}), "$.events[0].metadata", id="metadata 51 keys"
+    ),
     pytest.param(one(metadata={"k" * 101: 1}), "$.events[0].metadata", id="metadata key 101"),
     pytest.param(one(metadata={"": 1}), "$.events[0].metadata", id="metadata key empty"),
     pytest.param(one(metadata={"k": "v" * 1025}), "$.events[0].metadata", id="value 1025"),
@@ -281,8 +329,10 @@ def test_invalid_bodies_are_refused_and_nothing_is_stored(client, project, body,
     assert count(client, project_id) == 0
 
 
-@pytest.mark.parametrize("raw", [b"{not json", b"", b"null", b'{"events": [{"name": "a"}]',
-                                 "\ufeff{}".encode(), b"\xff\xfe"])
+@pytest.mark.parametrize(
+    "raw",
+    [b"{not json", b"", b"null", b'{"events": [{"name": "a"}]', "\ufeff{}".encode(), b"\xff\xfe"],
+)
 def test_malformed_bodies(client, project, raw):
     project_id, key = project
     response = post(client, key, raw)

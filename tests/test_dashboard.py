@@ -8,12 +8,26 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+
 from conftest import auth, new_project
 from reference import Sent, dashboard
 
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-PATHS = ["/", "/pricing", "/docs", "/blog/ß-straße", "/日本語", "/emoji/🎉", "/שלום", "/a", "/b",
-         "/c", "/d", "/e", "/f"]
+PATHS = [
+    "/",
+    "/pricing",
+    "/docs",
+    "/blog/ß-straße",
+    "/日本語",
+    "/emoji/🎉",
+    "/שלום",
+    "/a",
+    "/b",
+    "/c",
+    "/d",
+    "/e",
+    "/f",
+]
 REFERRERS = ["https://google.com/", "https://news.ycombinator.com/", "https://t.co/x", ""]
 BROWSERS = ["Chrome", "Firefox", "Safari", "Edge"]
 DEVICES = ["desktop", "mobile", "tablet"]
@@ -50,8 +64,18 @@ def build_events(now: datetime, seed: int = 7) -> list[Sent]:
         browser, device = rng.choice(BROWSERS), rng.choice(DEVICES)
         t = start
         for _ in range(rng.choice([1, 1, 2, 3, 5])):
-            events.append(Sent("pageview", t, rng.choice(PATHS), rng.choice(REFERRERS), session,
-                               visitor, browser, device))
+            events.append(
+                Sent(
+                    "pageview",
+                    t,
+                    rng.choice(PATHS),
+                    rng.choice(REFERRERS),
+                    session,
+                    visitor,
+                    browser,
+                    device,
+                )
+            )
             t = unique(t + timedelta(seconds=rng.uniform(1, 6)))
         if rng.random() < 0.5:
             events.append(Sent(rng.choice(NAMES), t, "", "", session, visitor, browser, device))
@@ -69,22 +93,82 @@ def build_events(now: datetime, seed: int = 7) -> list[Sent]:
 
     for days in (7, 30):
         first = today - timedelta(days=days - 1)
-        events.append(Sent("pageview", unique(first), "/edge-in", "", f"edge{days}", "edge-v",
-                           "Chrome", "desktop"))
-        events.append(Sent("pageview", unique(first - timedelta(milliseconds=1)), "/edge-out", "",
-                           f"edge{days}", "edge-v", "Chrome", "desktop"))
+        events.append(
+            Sent(
+                "pageview",
+                unique(first),
+                "/edge-in",
+                "",
+                f"edge{days}",
+                "edge-v",
+                "Chrome",
+                "desktop",
+            )
+        )
+        events.append(
+            Sent(
+                "pageview",
+                unique(first - timedelta(milliseconds=1)),
+                "/edge-out",
+                "",
+                f"edge{days}",
+                "edge-v",
+                "Chrome",
+                "desktop",
+            )
+        )
     # A session crossing midnight, ending without a stated duration.
     eve = today - timedelta(days=3)
-    events.append(Sent("pageview", unique(eve - timedelta(seconds=5)), "/late", "", "night",
-                       "owl", "Firefox", "mobile"))
-    events.append(Sent("pageview", unique(eve + timedelta(seconds=3)), "/later", "", "night",
-                       "owl", "Firefox", "mobile"))
-    events.append(Sent("session_end", unique(eve + timedelta(seconds=10)), "", "", "night", "owl",
-                       "Firefox", "mobile"))
+    events.append(
+        Sent(
+            "pageview",
+            unique(eve - timedelta(seconds=5)),
+            "/late",
+            "",
+            "night",
+            "owl",
+            "Firefox",
+            "mobile",
+        )
+    )
+    events.append(
+        Sent(
+            "pageview",
+            unique(eve + timedelta(seconds=3)),
+            "/later",
+            "",
+            "night",
+            "owl",
+            "Firefox",
+            "mobile",
+        )
+    )
+    events.append(
+        Sent(
+            "session_end",
+            unique(eve + timedelta(seconds=10)),
+            "",
+            "",
+            "night",
+            "owl",
+            "Firefox",
+            "mobile",
+        )
+    )
     # Live traffic: the last five minutes, and just outside them.
     for i, minutes in enumerate((1, 2, 4, 9)):
-        events.append(Sent("pageview", unique(now - timedelta(minutes=minutes)), "/live", "",
-                           f"live{i}", f"live-v{i}", "Safari", "mobile"))
+        events.append(
+            Sent(
+                "pageview",
+                unique(now - timedelta(minutes=minutes)),
+                "/live",
+                "",
+                f"live{i}",
+                f"live-v{i}",
+                "Safari",
+                "mobile",
+            )
+        )
     return events
 
 
@@ -119,7 +203,7 @@ def now() -> datetime:
 
 def test_dashboard_matches_reference_for_every_window(client, now):
     project_id, key = new_project(client)
-    other_project, other_key = new_project(client, user="bob")
+    _other_project, other_key = new_project(client, user="bob")
     events = build_events(now)
     send(client, key, events)
     send(client, other_key, build_events(now, seed=99))  # another tenant in the same tables

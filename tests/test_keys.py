@@ -18,10 +18,15 @@ def test_key_created_and_revoked_by_another_worker(chdb_path, tmp_path):
         project_id, key = new_project(one, user="owner")
         # Worker two has never seen the key: an unknown key triggers an early refresh.
         assert collect(two, key).status_code == 202
-        key_id = one.get(f"/api/projects/keys?projectId={project_id}",
-                         headers=auth("owner")).json()["keys"][0]["id"]
-        assert one.delete(f"/api/projects/keys?projectId={project_id}&keyId={key_id}",
-                          headers=auth("owner")).status_code == 204
+        key_id = one.get(
+            f"/api/projects/keys?projectId={project_id}", headers=auth("owner")
+        ).json()["keys"][0]["id"]
+        assert (
+            one.delete(
+                f"/api/projects/keys?projectId={project_id}&keyId={key_id}", headers=auth("owner")
+            ).status_code
+            == 204
+        )
         assert collect(one, key).status_code == 401  # at once where it was revoked
         deadline = time.monotonic() + 5
         while collect(two, key).status_code == 202:
@@ -52,7 +57,9 @@ def test_last_used_is_written_in_batches(make_client):
         time.sleep(interval * 2)
         elapsed = time.monotonic() - started
         storage = client.app.state.storage
-        rows = storage.query(f"SELECT count() FROM {storage.database}.api_key_usage "
-                             "WHERE project_id = {p:String}", {"p": project_id})[0][0]
+        rows = storage.query(
+            f"SELECT count() FROM {storage.database}.api_key_usage WHERE project_id = {{p:String}}",
+            {"p": project_id},
+        )[0][0]
         # One row per flush that had something to write, not one per request.
         assert 1 <= rows <= elapsed / interval + 1 < 30

@@ -48,5 +48,12 @@ def test_every_rollup_is_fed_by_a_view(client):
         {"db": storage.database},
     )
     targets = {q.split(" TO ", 1)[1].split()[0].split(".")[-1] for _, q in views}
-    assert targets == {"events_daily", "events_hourly", "paths_daily", "referrers_daily",
-                       "clients_daily", "visitors_daily", "sessions_daily"}
+    assert targets == {
+        "events_daily",
+        "events_hourly",
+        "paths_daily",
+        "referrers_daily",
+        "clients_daily",
+        "visitors_daily",
+        "sessions_daily",
+    }

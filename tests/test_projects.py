@@ -6,6 +6,7 @@ import re
 import time
 
 import pytest
+
 from conftest import auth, new_project
 
 ISO_MS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
@@ -15,7 +16,11 @@ SESSION_ENDPOINTS = [
     ("POST", "/api/projects", {"name": "Site"}),
     ("GET", "/api/projects/keys?projectId=0123456789abcdef01234567", None),
     ("POST", "/api/projects/keys", {"projectId": "0123456789abcdef01234567"}),
-    ("DELETE", "/api/projects/keys?projectId=0123456789abcdef01234567&keyId=0123456789abcdef01234567", None),
+    (
+        "DELETE",
+        "/api/projects/keys?projectId=0123456789abcdef01234567&keyId=0123456789abcdef01234567",
+        None,
+    ),
     ("GET", "/api/dashboard?projectId=0123456789abcdef01234567", None),
 ]
 
@@ -44,7 +49,9 @@ def test_session_endpoints_refuse_missing_or_bad_sessions(client, method, url, b
 
 @pytest.mark.parametrize(("method", "url", "body"), SESSION_ENDPOINTS)
 def test_session_is_checked_before_the_body(client, method, url, body):
-    response = client.request(method, url, content=b"{broken", headers={"content-type": "application/json"})
+    response = client.request(
+        method, url, content=b"{broken", headers={"content-type": "application/json"}
+    )
     assert (response.status_code, response.json()) == (401, {"error": "Unauthorized"})
 
 
@@ -59,7 +66,10 @@ def test_create_and_list_projects(client, user):
     listed = client.get("/api/projects", headers=auth(user))
     assert listed.status_code == 200
     projects = listed.json()["projects"]
-    assert [(p["id"], p["name"]) for p in projects] == [(body["projectId"], "Shop"), (second, "Blog")]
+    assert [(p["id"], p["name"]) for p in projects] == [
+        (body["projectId"], "Shop"),
+        (second, "Blog"),
+    ]
     assert all(ISO_MS.match(p["createdAt"]) for p in projects)
 
 
@@ -89,11 +99,13 @@ def test_project_name_length(client, user, name, status):
 
 
 @pytest.mark.parametrize(
-    "body", [b"{}", b'{"name": 12}', b'{"name": null}', b"[]", b"{oops", b"", b'{"name": "ok", "x": 1}']
+    "body",
+    [b"{}", b'{"name": 12}', b'{"name": null}', b"[]", b"{oops", b"", b'{"name": "ok", "x": 1}'],
 )
 def test_create_project_bad_bodies(client, user, body):
-    response = client.post("/api/projects", content=body,
-                           headers={**auth(user), "content-type": "application/json"})
+    response = client.post(
+        "/api/projects", content=body, headers={**auth(user), "content-type": "application/json"}
+    )
     assert response.status_code == 400, response.text
     assert response.json()["error"] == "Invalid payload"
     assert isinstance(response.json()["details"], list) and response.json()["details"]
@@ -116,9 +128,15 @@ def test_default_key_is_listed_by_preview_only(client, user):
 def test_last_used_at_follows_collect(client, user):
     project_id, key = new_project(client, user=user)
     before = time.time()
-    assert client.post("/api/collect", json={"events": [{"name": "a"}]},
-                       headers={"x-api-key": key}).status_code == 202
-    (listed,) = client.get(f"/api/projects/keys?projectId={project_id}", headers=auth(user)).json()["keys"]
+    assert (
+        client.post(
+            "/api/collect", json={"events": [{"name": "a"}]}, headers={"x-api-key": key}
+        ).status_code
+        == 202
+    )
+    (listed,) = client.get(f"/api/projects/keys?projectId={project_id}", headers=auth(user)).json()[
+        "keys"
+    ]
     assert ISO_MS.match(listed["lastUsedAt"])
     from datetime import datetime
 
@@ -128,33 +146,58 @@ def test_last_used_at_follows_collect(client, user):
 
 def test_additional_keys_with_and_without_label(client, user):
     project_id, _ = new_project(client, user=user)
-    labelled = client.post("/api/projects/keys", json={"projectId": project_id, "label": "CI"},
-                           headers=auth(user))
+    labelled = client.post(
+        "/api/projects/keys", json={"projectId": project_id, "label": "CI"}, headers=auth(user)
+    )
     assert labelled.status_code == 201 and set(labelled.json()) == {"apiKey"}
     plain = client.post("/api/projects/keys", json={"projectId": project_id}, headers=auth(user))
     assert plain.status_code == 201
-    labels = [k["label"] for k in
-              client.get(f"/api/projects/keys?projectId={project_id}", headers=auth(user)).json()["keys"]]
+    labels = [
+        k["label"]
+        for k in client.get(
+            f"/api/projects/keys?projectId={project_id}", headers=auth(user)
+        ).json()["keys"]
+    ]
     assert labels == ["Default", "CI", "Untitled"]
     for new_key in (labelled.json()["apiKey"], plain.json()["apiKey"]):
-        assert client.post("/api/collect", json={"events": [{"name": "a"}]},
-                           headers={"x-api-key": new_key}).status_code == 202
+        assert (
+            client.post(
+                "/api/collect", json={"events": [{"name": "a"}]}, headers={"x-api-key": new_key}
+            ).status_code
+            == 202
+        )
 
 
-@pytest.mark.parametrize(("label", "status"), [("x", 201), ("x" * 60, 201), ("", 400), ("x" * 61, 400), (5, 400)])
+@pytest.mark.parametrize(
+    ("label", "status"), [("x", 201), ("x" * 60, 201), ("", 400), ("x" * 61, 400), (5, 400)]
+)
 def test_key_label_length(client, user, label, status):
     project_id, _ = new_project(client, user=user)
-    response = client.post("/api/projects/keys", json={"projectId": project_id, "label": label},
-                           headers=auth(user))
+    response = client.post(
+        "/api/projects/keys", json={"projectId": project_id, "label": label}, headers=auth(user)
+    )
     assert response.status_code == status, response.text
 
 
-@pytest.mark.parametrize("project_id", ["", "abc", "0123456789ABCDEF01234567", "0123456789abcdef0123456", "0123456789abcdef012345678", "zz23456789abcdef01234567"])
+@pytest.mark.parametrize(
+    "project_id",
+    [
+        "",
+        "abc",
+        "0123456789ABCDEF01234567",
+        "0123456789abcdef0123456",
+        "0123456789abcdef012345678",
+        "zz23456789abcdef01234567",
+    ],
+)
 def test_invalid_project_ids(client, user, project_id):
     for response in (
         client.get(f"/api/projects/keys?projectId={project_id}", headers=auth(user)),
         client.get(f"/api/dashboard?projectId={project_id}", headers=auth(user)),
-        client.delete(f"/api/projects/keys?projectId={project_id}&keyId=0123456789abcdef01234567", headers=auth(user)),
+        client.delete(
+            f"/api/projects/keys?projectId={project_id}&keyId=0123456789abcdef01234567",
+            headers=auth(user),
+        ),
     ):
         assert response.status_code == 400, response.text
         assert response.json()["error"] == "Invalid query"
@@ -170,7 +213,19 @@ def test_missing_project_id(client, user):
         assert response.json()["error"] == "Invalid query"
 
 
-@pytest.mark.parametrize(("days", "status"), [("1", 200), ("90", 200), ("0", 400), ("91", 400), ("-1", 400), ("7.5", 400), ("seven", 400), ("", 400)])
+@pytest.mark.parametrize(
+    ("days", "status"),
+    [
+        ("1", 200),
+        ("90", 200),
+        ("0", 400),
+        ("91", 400),
+        ("-1", 400),
+        ("7.5", 400),
+        ("seven", 400),
+        ("", 400),
+    ],
+)
 def test_dashboard_days_bounds(client, user, days, status):
     project_id, _ = new_project(client, user=user)
     response = client.get(f"/api/dashboard?projectId={project_id}&days={days}", headers=auth(user))
@@ -183,7 +238,7 @@ def test_dashboard_days_bounds(client, user, days, status):
 
 
 def test_other_users_projects_are_not_found(client, user):
-    project_id, key = new_project(client, user=user)
+    project_id, _key = new_project(client, user=user)
     intruder = f"{user}-intruder"
     unknown = "0123456789abcdef01234567"
     for pid in (project_id, unknown):
@@ -191,38 +246,64 @@ def test_other_users_projects_are_not_found(client, user):
             client.get(f"/api/projects/keys?projectId={pid}", headers=auth(intruder)),
             client.post("/api/projects/keys", json={"projectId": pid}, headers=auth(intruder)),
             client.get(f"/api/dashboard?projectId={pid}", headers=auth(intruder)),
-            client.delete(f"/api/projects/keys?projectId={pid}&keyId={unknown}", headers=auth(intruder)),
+            client.delete(
+                f"/api/projects/keys?projectId={pid}&keyId={unknown}", headers=auth(intruder)
+            ),
         ):
             assert response.status_code == 404, response.text
             assert response.json() == {"error": "Project not found"}
     # The owner still has exactly one key: the intruder created none.
-    keys = client.get(f"/api/projects/keys?projectId={project_id}", headers=auth(user)).json()["keys"]
+    keys = client.get(f"/api/projects/keys?projectId={project_id}", headers=auth(user)).json()[
+        "keys"
+    ]
     assert len(keys) == 1
 
 
 def test_revocation(client, user):
     project_id, key = new_project(client, user=user)
-    listed = client.get(f"/api/projects/keys?projectId={project_id}", headers=auth(user)).json()["keys"]
+    listed = client.get(f"/api/projects/keys?projectId={project_id}", headers=auth(user)).json()[
+        "keys"
+    ]
     key_id = listed[0]["id"]
-    assert client.post("/api/collect", json={"events": [{"name": "a"}]},
-                       headers={"x-api-key": key}).status_code == 202
-    revoked = client.delete(f"/api/projects/keys?projectId={project_id}&keyId={key_id}", headers=auth(user))
+    assert (
+        client.post(
+            "/api/collect", json={"events": [{"name": "a"}]}, headers={"x-api-key": key}
+        ).status_code
+        == 202
+    )
+    revoked = client.delete(
+        f"/api/projects/keys?projectId={project_id}&keyId={key_id}", headers=auth(user)
+    )
     assert revoked.status_code == 204 and revoked.content == b""
-    after = client.post("/api/collect", json={"events": [{"name": "a"}]}, headers={"x-api-key": key})
+    after = client.post(
+        "/api/collect", json={"events": [{"name": "a"}]}, headers={"x-api-key": key}
+    )
     assert (after.status_code, after.json()) == (401, {"error": "Invalid API key"})
-    assert client.get(f"/api/projects/keys?projectId={project_id}", headers=auth(user)).json() == {"keys": []}
-    again = client.delete(f"/api/projects/keys?projectId={project_id}&keyId={key_id}", headers=auth(user))
+    assert client.get(f"/api/projects/keys?projectId={project_id}", headers=auth(user)).json() == {
+        "keys": []
+    }
+    again = client.delete(
+        f"/api/projects/keys?projectId={project_id}&keyId={key_id}", headers=auth(user)
+    )
     assert (again.status_code, again.json()) == (404, {"error": "Key not found"})
 
 
 def test_keys_of_another_project_cannot_be_revoked_through_mine(client, user):
     mine, _ = new_project(client, user=user)
     theirs, their_key = new_project(client, user=f"{user}-b")
-    their_key_id = client.get(f"/api/projects/keys?projectId={theirs}", headers=auth(f"{user}-b")).json()["keys"][0]["id"]
-    response = client.delete(f"/api/projects/keys?projectId={mine}&keyId={their_key_id}", headers=auth(user))
+    their_key_id = client.get(
+        f"/api/projects/keys?projectId={theirs}", headers=auth(f"{user}-b")
+    ).json()["keys"][0]["id"]
+    response = client.delete(
+        f"/api/projects/keys?projectId={mine}&keyId={their_key_id}", headers=auth(user)
+    )
     assert (response.status_code, response.json()) == (404, {"error": "Key not found"})
-    assert client.post("/api/collect", json={"events": [{"name": "a"}]},
-                       headers={"x-api-key": their_key}).status_code == 202
+    assert (
+        client.post(
+            "/api/collect", json={"events": [{"name": "a"}]}, headers={"x-api-key": their_key}
+        ).status_code
+        == 202
+    )
 
 
 def test_health_and_openapi(client):
@@ -230,7 +311,13 @@ def test_health_and_openapi(client):
     assert health.status_code == 200 and health.json()["status"] == "ok"
     spec = client.get("/api/schema/openapi.json").json()
     paths = spec["paths"]
-    assert {"/api/projects", "/api/projects/keys", "/api/collect", "/api/dashboard", "/api/health"} <= set(paths)
+    assert {
+        "/api/projects",
+        "/api/projects/keys",
+        "/api/collect",
+        "/api/dashboard",
+        "/api/health",
+    } <= set(paths)
     assert set(paths["/api/projects/keys"]) >= {"get", "post", "delete"}
     assert "202" in paths["/api/collect"]["post"]["responses"]
     assert "401" in paths["/api/collect"]["post"]["responses"]

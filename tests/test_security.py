@@ -6,14 +6,17 @@ import re
 from datetime import UTC, datetime, timedelta
 
 from conftest import new_project, stored, token
-
 from tally.config import Settings
 from tally.domain.privacy import IpHasher
 
 
 def test_security_headers_on_every_response(client):
-    for response in (client.get("/api/health"), client.get("/api/projects"),
-                     client.post("/api/collect", json={}), client.get("/api/no-such-route")):
+    for response in (
+        client.get("/api/health"),
+        client.get("/api/projects"),
+        client.post("/api/collect", json={}),
+        client.get("/api/no-such-route"),
+    ):
         assert response.headers["x-content-type-options"] == "nosniff"
         assert response.headers["x-frame-options"] == "DENY"
         assert response.headers["referrer-policy"] == "no-referrer"
@@ -22,11 +25,17 @@ def test_security_headers_on_every_response(client):
 
 def test_cookie_sessions_post_only_json(client, user):
     cookie = {"cookie": f"tally_session={token(user)}"}
-    simple = client.post("/api/projects", content=b'{"name": "Forged"}',
-                         headers={**cookie, "content-type": "text/plain"})
+    simple = client.post(
+        "/api/projects",
+        content=b'{"name": "Forged"}',
+        headers={**cookie, "content-type": "text/plain"},
+    )
     assert (simple.status_code, simple.json()) == (401, {"error": "Unauthorized"})
-    json_post = client.post("/api/projects", content=b'{"name": "Mine"}',
-                            headers={**cookie, "content-type": "application/json"})
+    json_post = client.post(
+        "/api/projects",
+        content=b'{"name": "Mine"}',
+        headers={**cookie, "content-type": "application/json"},
+    )
     assert json_post.status_code == 201
     names = [p["name"] for p in client.get("/api/projects", headers=cookie).json()["projects"]]
     assert names == ["Mine"]
@@ -36,10 +45,17 @@ def test_ip_is_stored_hashed_when_asked(make_client):
     with make_client(ip_privacy="hash", ip_hash_secret="s" * 32) as client:
         project_id, key = new_project(client)
         for _ in range(2):
-            client.post("/api/collect", json={"events": [{"name": "a"}]},
-                        headers={"x-api-key": key, "x-forwarded-for": "203.0.113.7"})
-        ips = {row[0] for row in stored(client, "SELECT ip FROM {db}.events "
-                                        "WHERE project_id = {p:String}", p=project_id)}
+            client.post(
+                "/api/collect",
+                json={"events": [{"name": "a"}]},
+                headers={"x-api-key": key, "x-forwarded-for": "203.0.113.7"},
+            )
+        ips = {
+            row[0]
+            for row in stored(
+                client, "SELECT ip FROM {db}.events WHERE project_id = {p:String}", p=project_id
+            )
+        }
         assert len(ips) == 1
         (ip,) = ips
         assert re.fullmatch(r"[0-9a-f]{32}", ip) and "203.0.113.7" not in ip

@@ -7,26 +7,55 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import new_project, stored
 
+from conftest import new_project, stored
 from tally.storage.writer import BatchWriter, StorageUnavailable, events_inserter
 
 
 def batch(marker: str, n: int) -> dict:
-    return {"events": [{"name": "pageview", "path": f"/{i}", "visitorId": marker} for i in range(n)]}
+    return {
+        "events": [{"name": "pageview", "path": f"/{i}", "visitorId": marker} for i in range(n)]
+    }
 
 
-def event_row(project_id: str, name: str = "e", path: str = "", referrer: str = "",
-              session: str = "", visitor: str = "") -> tuple:
+def event_row(
+    project_id: str,
+    name: str = "e",
+    path: str = "",
+    referrer: str = "",
+    session: str = "",
+    visitor: str = "",
+) -> tuple:
     """A row in the writer's column order (storage.writer.EVENT_COLUMNS)."""
     at = 1_700_000_000_000
-    return (project_id, name, at, at, path, "", referrer, session, visitor, "Chrome", "Linux",
-            "desktop", None, "{}", "127.0.0.1", "ua", "k")
+    return (
+        project_id,
+        name,
+        at,
+        at,
+        path,
+        "",
+        referrer,
+        session,
+        visitor,
+        "Chrome",
+        "Linux",
+        "desktop",
+        None,
+        "{}",
+        "127.0.0.1",
+        "ua",
+        "k",
+    )
 
 
 def stored_for(client, project_id: str, marker: str) -> int:
-    return stored(client, "SELECT count() FROM {db}.events WHERE project_id = {p:String} "
-                  "AND visitor_id = {m:String}", p=project_id, m=marker)[0][0]
+    return stored(
+        client,
+        "SELECT count() FROM {db}.events WHERE project_id = {p:String} AND visitor_id = {m:String}",
+        p=project_id,
+        m=marker,
+    )[0][0]
 
 
 def test_concurrent_requests_share_inserts_and_are_readable_once_acknowledged(make_client):
@@ -37,7 +66,9 @@ def test_concurrent_requests_share_inserts_and_are_readable_once_acknowledged(ma
 
         def send(i: int) -> tuple[int, int, int]:
             marker = f"m{i}"
-            response = client.post("/api/collect", json=batch(marker, 10), headers={"x-api-key": key})
+            response = client.post(
+                "/api/collect", json=batch(marker, 10), headers={"x-api-key": key}
+            )
             # Acknowledged means stored: the events are readable the moment the 202 arrives.
             return response.status_code, stored_for(client, project_id, marker), i
 
@@ -47,8 +78,14 @@ def test_concurrent_requests_share_inserts_and_are_readable_once_acknowledged(ma
         assert all(seen == 10 for _, seen, _ in results), results
         inserts = writer.batches - batches_before
         assert inserts <= 40, f"{inserts} INSERTs for 120 requests"
-        assert stored(client, "SELECT count() FROM {db}.events WHERE project_id = {p:String}",
-                      p=project_id)[0][0] == 1200
+        assert (
+            stored(
+                client,
+                "SELECT count() FROM {db}.events WHERE project_id = {p:String}",
+                p=project_id,
+            )[0][0]
+            == 1200
+        )
 
 
 def test_storage_failure_answers_503_and_acknowledges_nothing(make_client):
@@ -58,24 +95,36 @@ def test_storage_failure_answers_503_and_acknowledges_nothing(make_client):
         client.app.state.storage.command(f"RENAME TABLE {db}.events TO {db}.events_away")
         try:
             with ThreadPoolExecutor(max_workers=8) as pool:
-                responses = list(pool.map(
-                    lambda i: client.post("/api/collect", json=batch(f"f{i}", 5),
-                                          headers={"x-api-key": key}),
-                    range(16),
-                ))
+                responses = list(
+                    pool.map(
+                        lambda i: client.post(
+                            "/api/collect", json=batch(f"f{i}", 5), headers={"x-api-key": key}
+                        ),
+                        range(16),
+                    )
+                )
             assert {r.status_code for r in responses} == {503}
             assert all(r.json() == {"error": "Storage unavailable"} for r in responses)
             assert all("retry-after" in r.headers for r in responses)
         finally:
             client.app.state.storage.command(f"RENAME TABLE {db}.events_away TO {db}.events")
         # Nothing from the failed batches was stored, and ingest recovers by itself.
-        assert stored(client, "SELECT count() FROM {db}.events WHERE project_id = {p:String}",
-                      p=project_id)[0][0] == 0
+        assert (
+            stored(
+                client,
+                "SELECT count() FROM {db}.events WHERE project_id = {p:String}",
+                p=project_id,
+            )[0][0]
+            == 0
+        )
         ok = client.post("/api/collect", json=batch("after", 3), headers={"x-api-key": key})
         assert ok.status_code == 202
         assert stored_for(client, project_id, "after") == 3
-        rollup = stored(client, "SELECT sum(events) FROM {db}.events_daily WHERE project_id = {p:String}",
-                        p=project_id)[0][0]
+        rollup = stored(
+            client,
+            "SELECT sum(events) FROM {db}.events_daily WHERE project_id = {p:String}",
+            p=project_id,
+        )[0][0]
         assert rollup == 3
 
 
@@ -84,23 +133,41 @@ def test_retried_insert_with_the_same_token_stores_nothing_twice(client):
     storage = client.app.state.storage
     insert = events_inserter(storage)
     project_id = uuid.uuid4().hex[:24]
-    row = event_row(project_id, name="pageview", path="/x", referrer="ref", session="s1",
-                    visitor="v1")
+    row = event_row(
+        project_id, name="pageview", path="/x", referrer="ref", session="s1", visitor="v1"
+    )
     token = uuid.uuid4().hex
     insert([row, row], token)
     insert([row, row], token)  # the retry
-    assert storage.query(f"SELECT count() FROM {storage.database}.events "
-                         "WHERE project_id = {p:String}", {"p": project_id})[0][0] == 2
-    for table, column in [("events_daily", "events"), ("events_hourly", "events"),
-                          ("paths_daily", "views"), ("referrers_daily", "views"),
-                          ("clients_daily", "events"), ("visitors_daily", "events"),
-                          ("sessions_daily", "events")]:
-        total = storage.query(f"SELECT sum({column}) FROM {storage.database}.{table} "
-                              "WHERE project_id = {p:String}", {"p": project_id})[0][0]
+    assert (
+        storage.query(
+            f"SELECT count() FROM {storage.database}.events WHERE project_id = {{p:String}}",
+            {"p": project_id},
+        )[0][0]
+        == 2
+    )
+    for table, column in [
+        ("events_daily", "events"),
+        ("events_hourly", "events"),
+        ("paths_daily", "views"),
+        ("referrers_daily", "views"),
+        ("clients_daily", "events"),
+        ("visitors_daily", "events"),
+        ("sessions_daily", "events"),
+    ]:
+        total = storage.query(
+            f"SELECT sum({column}) FROM {storage.database}.{table} WHERE project_id = {{p:String}}",
+            {"p": project_id},
+        )[0][0]
         assert total == 2, table
     insert([row], uuid.uuid4().hex)  # a different token is a different batch
-    assert storage.query(f"SELECT count() FROM {storage.database}.events "
-                         "WHERE project_id = {p:String}", {"p": project_id})[0][0] == 3
+    assert (
+        storage.query(
+            f"SELECT count() FROM {storage.database}.events WHERE project_id = {{p:String}}",
+            {"p": project_id},
+        )[0][0]
+        == 3
+    )
 
 
 def test_stop_flushes_the_buffer_and_refuses_new_writes(client):
@@ -120,8 +187,13 @@ def test_stop_flushes_the_buffer_and_refuses_new_writes(client):
             await writer.write([row])
 
     asyncio.run(scenario())
-    assert storage.query(f"SELECT count() FROM {storage.database}.events "
-                         "WHERE project_id = {p:String}", {"p": project_id})[0][0] == 5
+    assert (
+        storage.query(
+            f"SELECT count() FROM {storage.database}.events WHERE project_id = {{p:String}}",
+            {"p": project_id},
+        )[0][0]
+        == 5
+    )
 
 
 def test_size_bound_flushes_before_the_age_bound(client):
@@ -147,11 +219,16 @@ def test_reads_answer_503_while_storage_fails(make_client):
         db = client.app.state.storage.database
         client.app.state.storage.command(f"RENAME TABLE {db}.projects TO {db}.projects_away")
         try:
-            for url in ("/api/projects", f"/api/dashboard?projectId={project_id}",
-                        f"/api/projects/keys?projectId={project_id}"):
+            for url in (
+                "/api/projects",
+                f"/api/dashboard?projectId={project_id}",
+                f"/api/projects/keys?projectId={project_id}",
+            ):
                 response = client.get(url, headers=auth("reader"))
                 assert (response.status_code, response.json()) == (
-                    503, {"error": "Storage unavailable"}), url
+                    503,
+                    {"error": "Storage unavailable"},
+                ), url
         finally:
             client.app.state.storage.command(f"RENAME TABLE {db}.projects_away TO {db}.projects")
         assert client.get("/api/projects", headers=auth("reader")).status_code == 200

@@ -78,7 +78,7 @@ def _noop_insert(rows: list[tuple[Any, ...]], token: str) -> None:
 
 
 def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
-    """Build the Tally app. ``migrate=True`` applies ``schema/`` at startup (tests, single process)."""
+    """Build the Tally app. ``migrate=True`` applies ``schema/`` at startup (tests, one process)."""
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -114,7 +114,7 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
             await writer.stop()
             try:
                 await keys.stop()
-            except Exception as exc:  # noqa: BLE001 - last-use times are best effort
+            except Exception as exc:
                 log.warning("could not store last-use times: %s", exc)
             storage.close()
 
@@ -142,6 +142,7 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
 def app_factory() -> Litestar:
     """Entry point for granian workers: settings from the environment of the worker."""
     settings = load_settings()
-    logging.basicConfig(level=settings.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     return create_app(settings)

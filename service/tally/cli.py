@@ -40,17 +40,18 @@ def migrate(quiet: bool) -> None:
         raise SystemExit(f"tally: invalid TALLY_CLICKHOUSE_URL: {exc}") from None
     try:
         storage = Storage(target, pool_size=1)
-    except Exception as exc:  # noqa: BLE001 - any connection failure ends the command
+    except Exception as exc:
         raise SystemExit(f"tally: cannot reach {target.description}: {exc}") from None
     try:
         applied = apply_schema(storage)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise SystemExit(f"tally: cannot apply the schema to {target.description}: {exc}") from None
     finally:
         storage.close()
     if applied:
-        click.echo(f"applied {len(applied)} migration(s) to {target.description}: "
-                   + ", ".join(applied))
+        click.echo(
+            f"applied {len(applied)} migration(s) to {target.description}: " + ", ".join(applied)
+        )
     elif not quiet:
         click.echo(f"schema of {target.description} is up to date")
 
@@ -101,8 +102,13 @@ def serve(host: str, port: int, workers: int) -> None:
 
 @main.command()
 @click.option("--sub", required=True, help="User id (the token's sub claim).")
-@click.option("--ttl", default=86400, show_default=True, type=click.IntRange(min=1),
-              help="Lifetime in seconds.")
+@click.option(
+    "--ttl",
+    default=86400,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Lifetime in seconds.",
+)
 def token(sub: str, ttl: int) -> None:
     """Print a signed session token (shared-secret or dev mode only)."""
     from .http.auth import issue_token

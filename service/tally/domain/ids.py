@@ -44,10 +44,7 @@ def as_utc(dt: datetime) -> datetime:
 
 def iso(dt: datetime) -> str:
     """ISO 8601 UTC with milliseconds and ``Z``, e.g. ``2026-11-22T10:12:26.123Z``."""
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    else:
-        dt = dt.astimezone(UTC)
+    dt = dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
     return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
 
 

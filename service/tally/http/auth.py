@@ -66,7 +66,7 @@ class JwksKeys:
         self.fetches += 1
         try:
             jwk_set = await asyncio.to_thread(self._client.get_jwk_set, True)
-        except Exception as exc:  # noqa: BLE001 - keep the old keys; the token will be refused
+        except Exception as exc:
             log.warning("JWKS fetch failed: %s", exc)
             return
         self._keys = {k.key_id: k for k in jwk_set.keys if k.key_id}
@@ -83,7 +83,9 @@ class SessionVerifier:
         self.secret = ""
         if settings.jwks_url:
             self.jwks = JwksKeys(
-                settings.jwks_url, settings.jwks_cache_seconds, settings.jwks_refetch_cooldown_seconds
+                settings.jwks_url,
+                settings.jwks_cache_seconds,
+                settings.jwks_refetch_cooldown_seconds,
             )
         else:
             self.secret = settings.jwt_secret or dev_secret(settings)

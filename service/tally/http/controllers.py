@@ -9,8 +9,8 @@ from typing import Annotated, Any
 from litestar import Controller, Request, delete, get, post
 from litestar.datastructures import State
 from litestar.exceptions import NotFoundException
-from litestar.openapi.spec import Example
 from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.spec import Example
 from litestar.params import JSONBody, QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_202_ACCEPTED, HTTP_204_NO_CONTENT
 
@@ -28,13 +28,16 @@ MAX_BODY_BYTES = 1024 * 1024
 
 ProjectIdParam = Annotated[
     str,
-    QueryParameter(name="projectId", pattern=OBJECT_ID_PATTERN, description="24-character object id"),
+    QueryParameter(
+        name="projectId", pattern=OBJECT_ID_PATTERN, description="24-character object id"
+    ),
 ]
 DaysParam = Annotated[
     int, QueryParameter(ge=1, le=90, description="lookback window in UTC calendar days, 1 to 90")
 ]
 KeyIdParam = Annotated[
-    str, QueryParameter(name="keyId", pattern=OBJECT_ID_PATTERN, description="id of the key to revoke")
+    str,
+    QueryParameter(name="keyId", pattern=OBJECT_ID_PATTERN, description="id of the key to revoke"),
 ]
 
 
@@ -80,8 +83,12 @@ class ProjectController(Controller):
             projects=[s.Project(id=r.id, name=r.name, created_at=iso(r.created_at)) for r in rows]
         )
 
-    @post("/", status_code=HTTP_201_CREATED, responses=_errors(400, 401, 429, 503),
-          summary="Create a project and its Default API key")
+    @post(
+        "/",
+        status_code=HTTP_201_CREATED,
+        responses=_errors(400, 401, 429, 503),
+        summary="Create a project and its Default API key",
+    )
     async def create_project(
         self, request: Request[Any, Any, Any], state: State, data: JSONBody[s.CreateProject]
     ) -> s.ProjectCreated:
@@ -112,8 +119,12 @@ class ProjectController(Controller):
             )
         return s.KeyList(keys=keys)
 
-    @post("/keys", status_code=HTTP_201_CREATED, responses=_errors(400, 401, 404, 429, 503),
-          summary="Create another API key for a project (shown once)")
+    @post(
+        "/keys",
+        status_code=HTTP_201_CREATED,
+        responses=_errors(400, 401, 404, 429, 503),
+        summary="Create another API key for a project (shown once)",
+    )
     async def create_key(
         self, request: Request[Any, Any, Any], state: State, data: JSONBody[s.CreateKey]
     ) -> s.KeyCreated:
@@ -123,8 +134,12 @@ class ProjectController(Controller):
         state.registry.apply(record)
         return s.KeyCreated(api_key=key)
 
-    @delete("/keys", status_code=HTTP_204_NO_CONTENT, responses=_errors(400, 401, 404, 429, 503),
-            summary="Revoke an API key")
+    @delete(
+        "/keys",
+        status_code=HTTP_204_NO_CONTENT,
+        responses=_errors(400, 401, 404, 429, 503),
+        summary="Revoke an API key",
+    )
     async def revoke_key(
         self,
         request: Request[Any, Any, Any],
@@ -140,8 +155,14 @@ class ProjectController(Controller):
         state.registry.apply(record)
 
 
-@get("/api/dashboard", guards=[session_guard], responses=_errors(400, 401, 404, 429, 503),
-     tags=["dashboard"], security=[{"session": []}], summary="Aggregated analytics of a project")
+@get(
+    "/api/dashboard",
+    guards=[session_guard],
+    responses=_errors(400, 401, 404, 429, 503),
+    tags=["dashboard"],
+    security=[{"session": []}],
+    summary="Aggregated analytics of a project",
+)
 async def dashboard(
     request: Request[Any, Any, Any], state: State, project_id: ProjectIdParam, days: DaysParam = 14
 ) -> s.Dashboard:
@@ -168,7 +189,9 @@ COLLECT_EXAMPLE = Example(
     summary="Ingest 1 to 100 events",
     description="202 is sent once the events are durably stored. JSON or text/plain bodies.",
 )
-async def collect(request: Request[Any, Any, Any], state: State, data: JSONBody[s.CollectBody]) -> s.Accepted:
+async def collect(
+    request: Request[Any, Any, Any], state: State, data: JSONBody[s.CollectBody]
+) -> s.Accepted:
     record = request.state.api_key
     limits: RateLimits = state.limits
     ip = client_ip(request)
@@ -187,9 +210,14 @@ async def collect(request: Request[Any, Any, Any], state: State, data: JSONBody[
     return s.Accepted(accepted=len(rows))
 
 
-@get("/api/health", tags=["health"], summary="200 once Tally can reach its storage",
-     responses=_errors(503))
+@get(
+    "/api/health",
+    tags=["health"],
+    summary="200 once Tally can reach its storage",
+    responses=_errors(503),
+)
 async def health(state: State) -> s.Health:
     await state.storage.aquery("SELECT 1")
-    return s.Health(status="ok", storage="embedded" if state.storage.target.kind == "chdb"
-                    else "server")
+    return s.Health(
+        status="ok", storage="embedded" if state.storage.target.kind == "chdb" else "server"
+    )

@@ -1,4 +1,5 @@
-"""Every error leaves Tally as ``{"error": "...", "details"?: [...]}`` with the contract's status."""
+"""Every error leaves Tally as ``{"error": "...", "details"?: [...]}``, with the contract's
+status."""
 
 from __future__ import annotations
 
@@ -84,8 +85,9 @@ def validation_handler(_: Request[Any, Any, Any], exc: ValidationException) -> R
     ]
     if not details:
         details = [ErrorDetail(path="$", message=_clean(exc.detail))]
-    return error_response(HTTP_400_BAD_REQUEST, INVALID_QUERY if in_query else INVALID_PAYLOAD,
-                          details)
+    return error_response(
+        HTTP_400_BAD_REQUEST, INVALID_QUERY if in_query else INVALID_PAYLOAD, details
+    )
 
 
 def _clean(detail: str | None) -> str:
@@ -99,10 +101,7 @@ def _clean(detail: str | None) -> str:
 def http_handler(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Error]:
     status = exc.status_code
     detail = exc.detail or ""
-    if detail in _OWN_ERRORS:
-        error = detail
-    else:
-        error = _DEFAULT_ERRORS.get(status, detail or "Error")
+    error = detail if detail in _OWN_ERRORS else _DEFAULT_ERRORS.get(status, detail or "Error")
     details = None
     if status == HTTP_400_BAD_REQUEST:
         # Malformed JSON and other body errors Litestar raises before validation.

@@ -31,7 +31,9 @@ OccurredAt = Annotated[
 ]
 Metadata = Annotated[
     dict[MetadataKey, MetadataValue],
-    Meta(max_length=50, description="at most 50 keys; values are strings, numbers, booleans or null"),
+    Meta(
+        max_length=50, description="at most 50 keys; values are strings, numbers, booleans or null"
+    ),
 ]
 
 

@@ -15,8 +15,11 @@ def _scalar(rows: list[tuple[object, ...]], index: int = 0) -> int:
 def build_dashboard(rows: DashboardRows, window: Window) -> s.Dashboard:
     by_day = {day: (int(events), int(pageviews)) for day, events, pageviews in rows.timeline}
     timeline = [
-        s.DayPoint(day=day.isoformat(), events=by_day.get(day, (0, 0))[0],
-                   pageviews=by_day.get(day, (0, 0))[1])
+        s.DayPoint(
+            day=day.isoformat(),
+            events=by_day.get(day, (0, 0))[0],
+            pageviews=by_day.get(day, (0, 0))[1],
+        )
         for day in window.day_list()
     ]
     by_hour = {int(hour): int(count) for hour, count in rows.hours}

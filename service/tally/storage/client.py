@@ -11,7 +11,7 @@ import asyncio
 import queue
 import re
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -74,7 +74,9 @@ def parse_url(url: str, default_database: str = "tally") -> Target:
     if parts.scheme == "chdb":
         path = unquote(parts.path)
         if parts.netloc or not path.startswith("/"):
-            raise ValueError(f"embedded storage needs an absolute path: chdb:///abs/path, got {url!r}")
+            raise ValueError(
+                f"embedded storage needs an absolute path: chdb:///abs/path, got {url!r}"
+            )
         database = query.get("database", [default_database])[0]
         target = Target(kind="chdb", database=database, path=path)
     elif parts.scheme in ("http", "https"):
@@ -90,7 +92,9 @@ def parse_url(url: str, default_database: str = "tally") -> Target:
             secure=secure,
         )
     else:
-        raise ValueError(f"unsupported ClickHouse URL scheme {parts.scheme!r}: use chdb:// or http(s)://")
+        raise ValueError(
+            f"unsupported ClickHouse URL scheme {parts.scheme!r}: use chdb:// or http(s)://"
+        )
     if not _IDENTIFIER.match(target.database):
         raise ValueError(f"invalid database name {target.database!r}")
     return target
@@ -153,10 +157,8 @@ class Storage:
 
     def close(self) -> None:
         for client in self._clients:
-            try:
+            with suppress(Exception):
                 client.close()
-            except Exception:  # noqa: BLE001 - closing is best effort
-                pass
         self._clients.clear()
 
     # --- blocking API ------------------------------------------------------------------------

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from functools import lru_cache
-from datetime import datetime
 from typing import Any
 
 from ..domain.metrics import LIST_LIMIT, LIVE_WINDOW, RECENT_LIMIT, Window
@@ -102,4 +101,3 @@ async def fetch(storage: Storage, project_id: str, window: Window) -> DashboardR
 @lru_cache(maxsize=64)
 def _rendered(database: str) -> dict[str, str]:
     return {name: sql.replace("{db}", database) for name, sql in QUERIES.items()}
-

@@ -4,8 +4,9 @@ The registry holds the hash of every live key. It refreshes incrementally every
 ``refresh_interval`` seconds (bounding how long a key revoked by another process stays usable).
 A request with an unknown key waits for the next early refresh, of which there is at most one per
 ``miss_interval`` for all callers together: a key created by another process works at once, while
-a flood of invalid keys costs at most a couple of queries a second. Keys created or revoked by this process take effect
-immediately. Last-use times are kept here and written in one INSERT every few seconds.
+a flood of invalid keys costs at most a couple of queries a second. Keys created or revoked by
+this process take effect immediately. Last-use times are kept here and written in one INSERT
+every few seconds.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ class KeyRegistry:
             await asyncio.sleep(interval)
             try:
                 await fn()  # type: ignore[operator]
-            except Exception as exc:  # noqa: BLE001 - keep serving from memory; retry next tick
+            except Exception as exc:
                 log.warning("%s failed: %s", getattr(fn, "__name__", fn), exc)
 
     # --- lookups -----------------------------------------------------------------------------
@@ -82,7 +83,7 @@ class KeyRegistry:
         # refresh allowed (at most one per miss interval, shared by every waiting request).
         try:
             await self.refresh(min_age=self.miss_interval)
-        except Exception as exc:  # noqa: BLE001 - an unknown key stays unknown
+        except Exception as exc:
             log.warning("key refresh failed: %s", exc)
         return self._live.get(key_hash)
 

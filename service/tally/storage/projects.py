@@ -79,18 +79,35 @@ class ProjectStore:
         key = new_api_key()
         now = utcnow()
         record = KeyRecord(
-            id=object_id(), project_id=project_id, key_hash=hash_key(key), revoked=False,
+            id=object_id(),
+            project_id=project_id,
+            key_hash=hash_key(key),
+            revoked=False,
             updated_at=now,
         )
         self.storage.insert(
             f"{self.db}.api_keys",
             [
-                [record.id], [project_id], [record.key_hash], [key_preview(key)],
-                [label or UNTITLED_LABEL], [now], [None], [now], [next_version()],
+                [record.id],
+                [project_id],
+                [record.key_hash],
+                [key_preview(key)],
+                [label or UNTITLED_LABEL],
+                [now],
+                [None],
+                [now],
+                [next_version()],
             ],
             [
-                "id", "project_id", "key_hash", "key_preview", "label", "created_at",
-                "revoked_at", "updated_at", "version",
+                "id",
+                "project_id",
+                "key_hash",
+                "key_preview",
+                "label",
+                "created_at",
+                "revoked_at",
+                "updated_at",
+                "version",
             ],
         )
         return key, record
@@ -115,8 +132,10 @@ class ProjectStore:
             """,
             {"project": project_id},
         )
-        return [KeyRow(id=r[0], label=r[1], key_preview=r[2], created_at=r[3], last_used_at=r[4])
-                for r in rows]
+        return [
+            KeyRow(id=r[0], label=r[1], key_preview=r[2], created_at=r[3], last_used_at=r[4])
+            for r in rows
+        ]
 
     def revoke_key(self, project_id: str, key_id: str) -> KeyRecord | None:
         """Mark a key revoked; None when the project has no such live key."""
@@ -131,15 +150,32 @@ class ProjectStore:
         now = utcnow()
         self.storage.insert(
             f"{self.db}.api_keys",
-            [[kid], [project_id], [key_hash], [preview], [label], [created_at], [now], [now],
-             [next_version()]],
             [
-                "id", "project_id", "key_hash", "key_preview", "label", "created_at",
-                "revoked_at", "updated_at", "version",
+                [kid],
+                [project_id],
+                [key_hash],
+                [preview],
+                [label],
+                [created_at],
+                [now],
+                [now],
+                [next_version()],
+            ],
+            [
+                "id",
+                "project_id",
+                "key_hash",
+                "key_preview",
+                "label",
+                "created_at",
+                "revoked_at",
+                "updated_at",
+                "version",
             ],
         )
-        return KeyRecord(id=kid, project_id=project_id, key_hash=key_hash, revoked=True,
-                         updated_at=now)
+        return KeyRecord(
+            id=kid, project_id=project_id, key_hash=key_hash, revoked=True, updated_at=now
+        )
 
     def key_changes(self, since: datetime | None) -> list[KeyRecord]:
         """Current state of every key changed at or after ``since`` (all keys when None)."""
@@ -153,8 +189,12 @@ class ProjectStore:
             """,
             {"since": since or datetime(1970, 1, 1, tzinfo=UTC)},
         )
-        return [KeyRecord(id=r[0], project_id=r[1], key_hash=r[2], revoked=bool(r[3]),
-                          updated_at=as_utc(r[4])) for r in rows]
+        return [
+            KeyRecord(
+                id=r[0], project_id=r[1], key_hash=r[2], revoked=bool(r[3]), updated_at=as_utc(r[4])
+            )
+            for r in rows
+        ]
 
     def record_usage(self, usage: dict[str, tuple[str, datetime]]) -> None:
         """Store last-use times: ``{key_id: (project_id, last_used_at)}`` in one INSERT."""

@@ -178,7 +178,9 @@ class BatchWriter:
             except TimeoutError:
                 return
 
-    async def _flush(self, rows: list[tuple[Any, ...]], waiters: list[asyncio.Future[None]]) -> None:
+    async def _flush(
+        self, rows: list[tuple[Any, ...]], waiters: list[asyncio.Future[None]]
+    ) -> None:
         token = uuid.uuid4().hex
         error: BaseException | None = None
         try:
@@ -187,7 +189,7 @@ class BatchWriter:
                     await asyncio.to_thread(self._insert, rows, token)
                     error = None
                     break
-                except Exception as exc:  # noqa: BLE001 - any failure is retried, then reported
+                except Exception as exc:
                     error = exc
                     log.warning(
                         "insert of %d events failed (attempt %d/%d): %s",
