@@ -134,3 +134,20 @@ def test_bad_storage_url(tmp_path):
         [*TALLY, "migrate"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
     )
     assert done.returncode != 0 and "invalid TALLY_CLICKHOUSE_URL" in done.stderr
+
+
+def test_schema_prints_what_migrate_runs(tmp_path):
+    done = subprocess.run(
+        [*TALLY, "schema", "--database", "analytics"],
+        cwd=tmp_path,
+        env=clean_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    ddl = done.stdout
+    assert "CREATE TABLE IF NOT EXISTS analytics.events" in ddl
+    assert "CREATE MATERIALIZED VIEW IF NOT EXISTS analytics.sessions_daily_mv" in ddl
+    assert "${db}" not in ddl
+    assert ddl.count(";\n") >= 15

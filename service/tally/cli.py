@@ -57,6 +57,23 @@ def migrate(quiet: bool) -> None:
 
 
 @main.command()
+@click.option("--database", help="Database name to render (default: the configured one).")
+def schema(database: str | None) -> None:
+    """Print the DDL that `tally migrate` runs, for review."""
+    from .storage.client import parse_url
+    from .storage.migrate import MIGRATIONS_TABLE, load_migrations
+
+    settings = load_settings()
+    name = database or parse_url(settings.storage_url, settings.clickhouse_database).database
+    click.echo(f"CREATE DATABASE IF NOT EXISTS {name};\n")
+    click.echo(MIGRATIONS_TABLE.replace("${db}", name).strip() + ";\n")
+    for migration in load_migrations():
+        click.echo(f"-- {migration.name}")
+        for statement in migration.statements(name):
+            click.echo(statement.strip() + ";\n")
+
+
+@main.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True, type=int)
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(min=1))
