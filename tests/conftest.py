@@ -8,6 +8,7 @@ break storage build a private app on a fresh database with ``make_client``.
 
 from __future__ import annotations
 
+import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,9 +25,13 @@ from tally.http.auth import issue_token
 JWT_SECRET = "test-secret-0123456789abcdef0123456789"
 
 
+# Known at import, so that modules can build apps at collection time (schemathesis needs one).
+CHDB_PATH = Path(tempfile.mkdtemp(prefix="tally-test-chdb-"))
+
+
 @pytest.fixture(scope="session")
-def chdb_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("chdb")
+def chdb_path() -> Path:
+    return CHDB_PATH
 
 
 def make_settings(chdb_path: Path, tmp_path: Path, **overrides: Any) -> Settings:

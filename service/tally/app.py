@@ -16,7 +16,8 @@ from litestar import Litestar
 from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.spec import Components, SecurityScheme
+from litestar.openapi.spec import Components, Schema, SecurityScheme
+from litestar.openapi.spec.enums import OpenAPIType
 from litestar.types import Message, Scope
 
 from .config import Settings, load_settings
@@ -25,6 +26,7 @@ from .http.auth import SessionVerifier
 from .http.controllers import ProjectController, collect, dashboard, health
 from .http.errors import EXCEPTION_HANDLERS
 from .http.ratelimit import RateLimits
+from .http.schemas import CLOSED_BODIES
 from .storage.client import Storage, parse_url
 from .storage.keys import KeyRegistry
 from .storage.migrate import migrate as apply_schema
@@ -126,7 +128,7 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
             "hash_ip": IpHasher(settings) if settings.ip_privacy == "hash" else str,
         }
     )
-    return Litestar(
+    app = Litestar(
         route_handlers=[ProjectController, collect, dashboard, health],
         state=state,
         lifespan=[lifespan],
@@ -137,6 +139,41 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
         logging_config=None,
         debug=False,
     )
+    _complete_openapi(app)
+    return app
+
+
+def _complete_openapi(app: Litestar) -> None:
+    """Say in the document what msgspec enforces but Litestar does not translate."""
+    components = app.openapi_schema.components.schemas or {}
+    for name in CLOSED_BODIES:  # forbid_unknown_fields
+        if name in components:
+            components[name].additional_properties = False
+    event = components.get("Event")
+    if event is not None and event.properties:
+        # Metadata: at most 50 keys of 1-100 characters. Values are anyOf, not oneOf: an
+        # integer is also a number, and oneOf would call every integer invalid.
+        value = Schema(
+            any_of=[
+                Schema(type=OpenAPIType.STRING, max_length=1024),
+                Schema(type=OpenAPIType.NUMBER),
+                Schema(type=OpenAPIType.BOOLEAN),
+                Schema(type=OpenAPIType.NULL),
+            ]
+        )
+        event.properties["metadata"] = Schema(
+            one_of=[
+                Schema(
+                    type=OpenAPIType.OBJECT,
+                    max_properties=50,
+                    property_names=Schema(type=OpenAPIType.STRING, min_length=1, max_length=100),
+                    additional_properties=value,
+                ),
+                Schema(type=OpenAPIType.NULL),
+            ],
+            description="at most 50 keys of 1 to 100 characters; values are strings (at most "
+            "1024 characters), numbers, booleans or null",
+        )
 
 
 def app_factory() -> Litestar:

@@ -51,7 +51,9 @@ def _errors(*statuses: int) -> dict[int, ResponseSpec]:
         503: "storage unavailable; retry (see Retry-After)",
     }
     return {
-        code: ResponseSpec(data_container=s.Error, description=descriptions[code])
+        code: ResponseSpec(
+            data_container=s.Error, description=descriptions[code], generate_examples=False
+        )
         for code in statuses
     }
 

@@ -21,14 +21,24 @@ Days = Annotated[int, Meta(ge=1, le=90, description="lookback window in UTC cale
 EventName = Annotated[str, Meta(min_length=1, max_length=100)]
 MetadataKey = Annotated[str, Meta(min_length=1, max_length=100)]
 MetadataValue = Annotated[str, Meta(max_length=1024)] | int | float | bool | None
+# ISO 8601 as Python reads it: a date from 1970 on, optionally a time (seconds and fraction
+# optional) and an offset (Z, +HH, +HHMM or +HH:MM); no offset means UTC. Calendar-impossible
+# dates (February 30) match the pattern and are refused when parsed.
+ISO_DATETIME = (
+    r"^(19[7-9]\d|[2-9]\d{3})-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])"
+    r"([T ]([01]\d|2[0-3]):[0-5]\d(:[0-5]\d([.,]\d{1,6})?)?(Z|[+-]\d{2}(:?\d{2})?)?)?$"
+)
 OccurredAt = Annotated[
     str,
     Meta(
-        max_length=64,
+        pattern=ISO_DATETIME,
         description="ISO 8601 datetime; without an offset it is UTC",
         extra_json_schema={"format": "date-time"},
     ),
 ]
+
+# Request bodies whose unknown fields are refused (documented as additionalProperties: false).
+CLOSED_BODIES = ("CollectBody", "Event", "CreateProject", "CreateKey")
 Metadata = Annotated[
     dict[MetadataKey, MetadataValue],
     Meta(

@@ -1,0 +1,102 @@
+"""Tally against its own OpenAPI document (schemathesis), over HTTP against a real `tally serve`:
+with valid credentials, every operation answers without a 5xx, schema-valid requests are
+accepted, schema-invalid ones are refused, and every response matches the document."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from datetime import datetime
+
+import httpx
+import msgspec
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, assume, settings
+from schemathesis.specs.openapi.checks import allow_header_conformance, ignored_auth
+
+from conftest import JWT_SECRET, token
+from tally.app import create_app
+from tally.config import Settings
+from tally.http.schemas import ISO_DATETIME
+from test_cli import free_port
+
+# Building the app touches no storage: the document is what `tally serve` publishes.
+schema = schemathesis.openapi.from_dict(
+    msgspec.json.decode(
+        msgspec.json.encode(create_app(Settings(jwt_secret=JWT_SECRET)).openapi_schema.to_schema())
+    )
+)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    data = tmp_path_factory.mktemp("openapi-serve")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TALLY_")}
+    env.update(
+        TALLY_DATA_DIR=str(data),
+        TALLY_JWT_SECRET=JWT_SECRET,
+        TALLY_SESSION_LIMIT_PER_USER="",
+        TALLY_LOG_LEVEL="WARNING",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tally", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/api/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline, "tally serve did not start"
+                time.sleep(0.2)
+        created = httpx.post(
+            f"{url}/api/projects",
+            json={"name": "fuzz"},
+            headers={"authorization": f"Bearer {token('fuzz')}"},
+        )
+        yield url, created.json()["apiKey"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def _events(body: object) -> list[object]:
+    events = body.get("events") if isinstance(body, dict) else None
+    return events if isinstance(events, list) else []
+
+
+def _real_date(event: object) -> bool:
+    value = event.get("occurredAt") if isinstance(event, dict) else None
+    if not isinstance(value, str) or not re.match(ISO_DATETIME, value):
+        return True  # not a pattern-valid date: the schema already calls it invalid
+    try:
+        datetime.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
+
+
+@schema.parametrize()
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+def test_api_conforms_to_its_document(case, server):
+    url, key = server
+    # A regex cannot tell February 30 from a leap day; such dates are refused on parsing.
+    assume(all(_real_date(event) for event in _events(case.body)))
+    headers = {"authorization": f"Bearer {token('fuzz')}", "x-api-key": key}
+    # Credentials are injected, so the "works without auth" check does not apply (test_auth and
+    # test_projects cover missing credentials). Litestar answers OPTIONS on a path served by
+    # several handlers with an Allow header naming only one of them: a framework quirk on a
+    # method Tally does not document.
+    case.call_and_validate(
+        base_url=url, headers=headers, excluded_checks=[ignored_auth, allow_header_conformance]
+    )
