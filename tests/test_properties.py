@@ -1,0 +1,165 @@
+"""Property tests (hypothesis): for random valid event batches the dashboard equals the reference
+model of CONTRACT.md; random invalid batches are refused with details and store nothing."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import auth, new_project, stored
+from reference import Sent, dashboard
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+pytestmark = pytest.mark.skipif(
+    NOW - NOW.replace(hour=0, minute=0, second=0) < timedelta(minutes=30)
+    or NOW.replace(hour=23, minute=59, second=59) - NOW < timedelta(minutes=10),
+    reason="too close to midnight UTC for stable day windows",
+)
+
+# Text as users send it: unicode of every kind, including RTL, emoji and NUL.
+text = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=0, max_size=24
+)
+names = st.one_of(
+    st.sampled_from(["pageview", "pageview", "session_end", "signup"]), text.filter(bool)
+)
+durations = st.one_of(
+    st.none(),
+    st.integers(-10, 10**7),
+    st.floats(0, 1e7, allow_nan=False, allow_infinity=False),
+    st.just("long"),
+)
+
+
+@st.composite
+def events(draw) -> list[Sent]:
+    offsets = draw(
+        st.lists(st.integers(60_000, 6 * 86_400_000), min_size=1, max_size=60, unique=True)
+    )
+    out = []
+    for offset in offsets:
+        name = draw(names)
+        metadata = {}
+        if name == "session_end":
+            duration = draw(durations)
+            if duration is not None:
+                metadata["durationMs"] = duration
+        out.append(
+            Sent(
+                name=name,
+                occurred_at=NOW - timedelta(milliseconds=offset),
+                path=draw(st.one_of(st.just(""), st.sampled_from(["/", "/a", "/ü"]), text)),
+                referrer=draw(st.one_of(st.just(""), text)),
+                session_id=draw(
+                    st.sampled_from(["", "s1", "s2", "s3", "s\u05e9\u05dc\u05d5\u05dd"])
+                ),
+                visitor_id=draw(st.sampled_from(["", "v1", "v2", "🦊"])),
+                browser=draw(st.sampled_from(["Chrome", "Firefox", "Ünï"])),
+                device_type=draw(st.sampled_from(["desktop", "mobile"])),
+                metadata=metadata,
+            )
+        )
+    return out
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(batch=events(), days=st.sampled_from([1, 3, 7]))
+def test_dashboard_equals_reference_model(client, batch, days):
+    project_id, key = new_project(client, user="prop")
+    response = client.post(
+        "/api/collect", json={"events": [e.payload() for e in batch]}, headers={"x-api-key": key}
+    )
+    assert response.status_code == 202, response.text
+    result = client.get(
+        f"/api/dashboard?projectId={project_id}&days={days}", headers=auth("prop")
+    ).json()
+    for event in result["recentEvents"]:
+        del event["id"]
+    assert result == dashboard(batch, datetime.now(UTC), days)
+
+
+invalid_events = st.one_of(
+    st.fixed_dictionaries({"name": st.just("")}),
+    st.fixed_dictionaries({"name": st.text(min_size=101, max_size=120)}),
+    st.fixed_dictionaries({"name": st.integers()}),
+    st.fixed_dictionaries({"name": st.just("a"), "path": st.text(min_size=2049, max_size=2060)}),
+    st.fixed_dictionaries(
+        {
+            "name": st.just("a"),
+            "metadata": st.dictionaries(
+                text.filter(bool),
+                st.recursive(st.integers(), lambda c: st.lists(c, min_size=1)),
+                min_size=1,
+                max_size=3,
+            ).filter(lambda d: any(isinstance(v, list) for v in d.values())),
+        }
+    ),
+    st.fixed_dictionaries({"name": st.just("a"), "occurredAt": st.integers()}),
+    st.fixed_dictionaries({"name": st.just("a"), "unknownField": text}),
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    good=st.lists(st.just({"name": "ok"}), max_size=5),
+    bad=invalid_events,
+    position=st.integers(0, 5),
+)
+def test_invalid_batches_are_refused_whole(client, good, bad, position):
+    project_id, key = new_project(client, user="prop")
+    batch = [*good[:position], bad, *good[position:]]
+    response = client.post(
+        "/api/collect",
+        content=json.dumps({"events": batch}),
+        headers={"x-api-key": key, "content-type": "application/json"},
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == "Invalid payload" and response.json()["details"]
+    assert (
+        stored(
+            client, "SELECT count() FROM {db}.events WHERE project_id = {p:String}", p=project_id
+        )[0][0]
+        == 0
+    )
+
+
+def test_duplicate_json_keys_take_the_last_value(client):
+    project_id, key = new_project(client, user="prop")
+    raw = b'{"events": [{"name": "first", "name": "second", "path": "/x"}]}'
+    response = client.post(
+        "/api/collect", content=raw, headers={"x-api-key": key, "content-type": "application/json"}
+    )
+    assert response.status_code == 202
+    assert stored(
+        client, "SELECT name FROM {db}.events WHERE project_id = {p:String}", p=project_id
+    ) == [("second",)]
+
+
+def test_sql_looking_strings_are_stored_verbatim(client):
+    project_id, key = new_project(client, user="prop")
+    nasty = "'); DROP TABLE events; -- {p:String} \\' \" `x` \u0000"
+    event = {
+        "name": nasty,
+        "path": nasty,
+        "referrer": nasty,
+        "sessionId": nasty,
+        "visitorId": nasty,
+        "metadata": {nasty: nasty},
+    }
+    assert (
+        client.post(
+            "/api/collect", json={"events": [event]}, headers={"x-api-key": key}
+        ).status_code
+        == 202
+    )
+    row = stored(
+        client,
+        "SELECT name, path, referrer, session_id, visitor_id, metadata "
+        "FROM {db}.events WHERE project_id = {p:String}",
+        p=project_id,
+    )[0]
+    assert row[:5] == (nasty,) * 5 and json.loads(row[5]) == {nasty: nasty}
