@@ -57,3 +57,42 @@ def test_every_rollup_is_fed_by_a_view(client):
         "visitors_daily",
         "sessions_daily",
     }
+
+
+def test_retention_ttl_expires_old_data_and_can_be_changed(chdb_path):
+    from datetime import UTC, datetime, timedelta
+
+    from tally.storage.migrate import RETENTION_COLUMNS
+    from tally.storage.writer import events_inserter
+
+    storage = Storage(parse_url(f"chdb://{chdb_path}?database=r_{uuid.uuid4().hex[:10]}"), 1)
+    try:
+        migrate(storage, retention_days=30)
+
+        def engines() -> dict[str, str]:
+            return dict(
+                storage.query(
+                    "SELECT name, engine_full FROM system.tables WHERE database = {db:String}",
+                    {"db": storage.database},
+                )
+            )
+
+        assert all("toIntervalDay(30)" in engines()[t] for t in RETENTION_COLUMNS)
+        now = datetime.now(UTC)
+        old, recent = (int((now - timedelta(days=d)).timestamp() * 1000) for d in (40, 2))
+        rows = [
+            ("p" * 24, "pageview", t, t, "/", "", "", "s", "v", "", "", "", None, "{}", "", "", "k")
+            for t in (old, recent)
+        ]
+        events_inserter(storage)(rows, uuid.uuid4().hex)
+        for table in RETENTION_COLUMNS:
+            storage.command(f"OPTIMIZE TABLE {storage.database}.{table} FINAL")
+        assert storage.query(f"SELECT count() FROM {storage.database}.events")[0][0] == 1
+        assert storage.query(f"SELECT sum(events) FROM {storage.database}.events_daily")[0][0] == 1
+
+        migrate(storage, retention_days=90)  # changed later
+        assert all("toIntervalDay(90)" in engines()[t] for t in RETENTION_COLUMNS)
+        migrate(storage, retention_days=0)  # back to keeping everything
+        assert all(" TTL " not in engines()[t] for t in RETENTION_COLUMNS)
+    finally:
+        storage.close()

@@ -89,7 +89,7 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
         log.info("storage: %s", target.description)
         storage = await asyncio.to_thread(Storage, target, settings.clickhouse_pool_size)
         if migrate:
-            await asyncio.to_thread(apply_schema, storage)
+            await asyncio.to_thread(apply_schema, storage, settings.retention_days)
         store = ProjectStore(storage)
         keys = KeyRegistry(
             store,

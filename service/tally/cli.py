@@ -43,7 +43,7 @@ def migrate(quiet: bool) -> None:
     except Exception as exc:
         raise SystemExit(f"tally: cannot reach {target.description}: {exc}") from None
     try:
-        applied = apply_schema(storage)
+        applied = apply_schema(storage, settings.retention_days)
     except Exception as exc:
         raise SystemExit(f"tally: cannot apply the schema to {target.description}: {exc}") from None
     finally:

@@ -26,6 +26,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     clickhouse_url: str = ""
     # Database used when the URL does not name one (embedded URLs may add ``?database=``).
     clickhouse_database: str = "tally"
+    # Days of events and rollups to keep (a ClickHouse TTL applied by migrate); 0 keeps all.
+    retention_days: int = 0
     # Clients in the pool: dashboard queries run concurrently on separate clients.
     clickhouse_pool_size: int = 8
     # Working folder for the embedded engine and the dev-mode secret.

@@ -85,8 +85,37 @@ def applied_versions(storage: Storage) -> dict[int, str]:
     return {int(v): c for v, c in rows}
 
 
-def migrate(storage: Storage) -> list[str]:
-    """Apply every migration; return the names of those not recorded before."""
+# The time column each table expires by, for the retention TTL.
+RETENTION_COLUMNS: dict[str, str] = {
+    "events": "toDateTime(occurred_at)",
+    "events_daily": "day",
+    "events_hourly": "hour",
+    "paths_daily": "day",
+    "referrers_daily": "day",
+    "clients_daily": "day",
+    "visitors_daily": "day",
+    "sessions_daily": "day",
+}
+
+
+def apply_retention(storage: Storage, days: int) -> None:
+    """Keep ``days`` days of events and rollups (0: keep everything). Safe to repeat or change."""
+    rows = storage.query(
+        "SELECT name, engine_full FROM system.tables WHERE database = {db:String}",
+        {"db": storage.database},
+    )
+    engines = dict(rows)
+    for table, column in RETENTION_COLUMNS.items():
+        engine = engines.get(table, "")
+        wanted = f"{column} + toIntervalDay({days})"
+        if days > 0 and f"TTL {wanted}" not in engine:
+            storage.command(f"ALTER TABLE {storage.database}.{table} MODIFY TTL {wanted}")
+        elif days <= 0 and " TTL " in engine:
+            storage.command(f"ALTER TABLE {storage.database}.{table} REMOVE TTL")
+
+
+def migrate(storage: Storage, retention_days: int = 0) -> list[str]:
+    """Apply every migration and the retention TTL; return the migrations new to this database."""
     storage.command(Template(MIGRATIONS_TABLE).substitute(db=storage.database))
     before = applied_versions(storage)
     new: list[str] = []
@@ -101,4 +130,5 @@ def migrate(storage: Storage) -> list[str]:
             )
             new.append(migration.name)
             log.info("applied %s", migration.name)
+    apply_retention(storage, retention_days)
     return new
