@@ -151,3 +151,22 @@ def test_schema_prints_what_migrate_runs(tmp_path):
     assert "CREATE MATERIALIZED VIEW IF NOT EXISTS analytics.sessions_daily_mv" in ddl
     assert "${db}" not in ddl
     assert ddl.count(";\n") >= 15
+
+
+def test_serve_refuses_to_start_without_storage(tmp_path):
+    env = clean_env(
+        tmp_path,
+        TALLY_CLICKHOUSE_URL=f"http://default:x@127.0.0.1:{free_port()}/t",
+        TALLY_JWT_SECRET="s" * 32,
+    )
+    done = subprocess.run(
+        [*TALLY, "serve", "--port", str(free_port())],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert "cannot reach ClickHouse server" in done.stderr
+    assert "not starting, the schema could not be applied" in done.stderr

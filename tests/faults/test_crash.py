@@ -1,0 +1,172 @@
+"""Faults against a real `tally serve`: SIGKILL mid-ingest loses nothing acknowledged and stores
+nothing twice; SIGTERM drains. Events carry unique ids in metadata; after the run the stored ids
+are read straight from the data folder (by a separate process: the embedded engine allows one
+process per folder) and checked the Jepsen way: acknowledged ⊆ stored, no duplicates."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from conftest import JWT_SECRET, token
+from test_cli import free_port
+
+pytestmark = pytest.mark.slow
+
+READ_IDS = """
+import json, sys
+import clickhouse_connect
+client = clickhouse_connect.get_client(dsn="chdb://" + sys.argv[1])
+rows = client.query("SELECT JSONExtractString(metadata, 'uid') AS uid, count() "
+                    "FROM tally.events GROUP BY uid").result_rows
+print(json.dumps(dict(rows)))
+"""
+
+
+class Server:
+    def __init__(self, data: Path) -> None:
+        self.data, self.port = data, free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TALLY_")}
+        env.update(
+            TALLY_DATA_DIR=str(data),
+            TALLY_JWT_SECRET=JWT_SECRET,
+            TALLY_COLLECT_LIMIT_PER_KEY="",
+            TALLY_COLLECT_LIMIT_PER_IP="",
+            TALLY_LOG_LEVEL="WARNING",
+            TALLY_KEY_REFRESH_SECONDS="0.5",
+        )
+        self.log = open(data / f"serve-{self.port}.log", "w")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tally", "serve", "--port", str(self.port)],
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            assert self.proc.poll() is None, (data / self.log.name).read_text()
+            try:
+                if httpx.get(f"{self.url}/api/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "tally serve did not start"
+            time.sleep(0.2)
+
+    def kill(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)  # granian's workers too: a machine crash
+        self.proc.wait(timeout=30)
+
+    def stop(self, timeout: float = 60) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout)
+
+
+def stored_ids(data: Path) -> dict[str, int]:
+    out = subprocess.run(
+        [sys.executable, "-c", READ_IDS, str(data / "clickhouse")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    return json.loads(out.stdout)
+
+
+def ingest_until(url: str, key: str, stop: threading.Event, senders: int = 8) -> set[str]:
+    """Senders post 20-event batches with unique ids; return the ids of acknowledged batches."""
+    acked: set[str] = set()
+    lock = threading.Lock()
+
+    def sender(n: int) -> None:
+        with httpx.Client(timeout=10) as http:
+            for i in range(100_000):
+                if stop.is_set():
+                    return
+                ids = [f"{n}-{i}-{j}" for j in range(20)]
+                body = {"events": [{"name": "pageview", "metadata": {"uid": u}} for u in ids]}
+                try:
+                    response = http.post(
+                        f"{url}/api/collect", json=body, headers={"x-api-key": key}
+                    )
+                except httpx.HTTPError:
+                    return  # the server went away: this batch is unacknowledged
+                if response.status_code == 202:
+                    with lock:
+                        acked.update(ids)
+
+    threads = [threading.Thread(target=sender, args=(n,)) for n in range(senders)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return acked
+
+
+def new_key(url: str) -> str:
+    created = httpx.post(
+        f"{url}/api/projects",
+        json={"name": "faults"},
+        headers={"authorization": f"Bearer {token('faults')}"},
+    )
+    return created.json()["apiKey"]
+
+
+@pytest.mark.parametrize("kill_after", [0.4, 1.2, 2.0])
+def test_sigkill_mid_ingest_loses_no_acknowledged_event(tmp_path, kill_after):
+    server = Server(tmp_path)
+    key = new_key(server.url)
+    stop = threading.Event()
+    result: dict[str, set[str]] = {}
+    runner = threading.Thread(
+        target=lambda: result.update(acked=ingest_until(server.url, key, stop))
+    )
+    runner.start()
+    time.sleep(kill_after)
+    server.kill()
+    stop.set()
+    runner.join(timeout=60)
+    acked = result["acked"]
+    assert acked, "nothing was acknowledged before the kill"
+
+    restarted = Server(tmp_path)  # recovers on the same data
+    assert restarted.stop() == 0
+    stored = stored_ids(tmp_path)
+    missing = acked - stored.keys()
+    duplicated = {uid for uid, n in stored.items() if n > 1}
+    assert not missing, f"{len(missing)} acknowledged events lost"
+    assert not duplicated, f"{len(duplicated)} events stored twice"
+
+
+def test_sigterm_drains_and_exits_within_its_timeout(tmp_path):
+    server = Server(tmp_path)
+    key = new_key(server.url)
+    stop = threading.Event()
+    result: dict[str, set[str]] = {}
+    runner = threading.Thread(
+        target=lambda: result.update(acked=ingest_until(server.url, key, stop))
+    )
+    runner.start()
+    time.sleep(1.0)
+    started = time.monotonic()
+    code = server.stop(timeout=60)
+    took = time.monotonic() - started
+    stop.set()
+    runner.join(timeout=60)
+    assert code == 0
+    assert took < 30  # TALLY_SHUTDOWN_TIMEOUT_SECONDS
+    stored = stored_ids(tmp_path)
+    assert result["acked"] and not (result["acked"] - stored.keys())
+    assert all(n == 1 for n in stored.values())
