@@ -69,3 +69,48 @@ def test_ip_hash_salt_rotates_daily():
     assert hasher("198.51.100.1", today) != hasher("198.51.100.2", today)
     other = IpHasher(Settings(ip_privacy="hash", ip_hash_secret="x" * 32))
     assert other("198.51.100.1", today) != hasher("198.51.100.1", today)
+
+
+def test_keys_and_tokens_never_reach_the_logs(make_client, caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    with make_client(insert_attempts=1) as client:
+        project_id, key = new_project(client, user="logged")
+        session = token("logged")
+        headers = {"authorization": f"Bearer {session}"}
+        client.post("/api/collect", json={"events": [{"name": "a"}]}, headers={"x-api-key": key})
+        client.post(f"/api/collect?apiKey={key}x", json={"events": [{"name": "a"}]})
+        client.post("/api/collect", json={"events": [{"name": ""}]}, headers={"x-api-key": key})
+        client.get(f"/api/dashboard?projectId={project_id}", headers=headers)
+        created = client.post(
+            "/api/projects/keys", json={"projectId": project_id}, headers=headers
+        ).json()["apiKey"]
+        db = client.app.state.storage.database
+        client.app.state.storage.command(f"RENAME TABLE {db}.events TO {db}.events_gone")
+        try:  # a storage failure is logged: still without the key
+            failed = client.post(
+                "/api/collect", json={"events": [{"name": "a"}]}, headers={"x-api-key": created}
+            )
+            assert failed.status_code == 503
+        finally:
+            client.app.state.storage.command(f"RENAME TABLE {db}.events_gone TO {db}.events")
+    # Everything the server side logged (the test's own HTTP client logs its URLs: not Tally).
+    text = "\n".join(
+        f"{r.name} {r.getMessage()} {r.exc_text or ''}"
+        for r in caplog.records
+        if not r.name.startswith(("httpx", "httpcore"))
+    )
+    assert "insert of 1 events failed" in text  # the failure was logged...
+    for secret in (key, created, session, key[3:]):
+        assert secret not in text  # ...and no secret was
+
+
+def test_only_key_hashes_are_stored(client, user):
+    import hashlib
+
+    project_id, key = new_project(client, user=user)
+    rows = stored(client, "SELECT * FROM {db}.api_keys WHERE project_id = {p:String}", p=project_id)
+    flat = " ".join(str(value) for row in rows for value in row)
+    assert key not in flat and key[3:] not in flat
+    assert hashlib.sha256(key.encode()).hexdigest() in flat

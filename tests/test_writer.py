@@ -232,3 +232,34 @@ def test_reads_answer_503_while_storage_fails(make_client):
         finally:
             client.app.state.storage.command(f"RENAME TABLE {db}.projects_away TO {db}.projects")
         assert client.get("/api/projects", headers=auth("reader")).status_code == 200
+
+
+def test_overload_sheds_instead_of_buffering_without_bound(client):
+    """Past its buffer limit the writer refuses at once (503) rather than growing memory."""
+    from tally.storage.writer import Overloaded
+
+    storage = client.app.state.storage
+    project_id = uuid.uuid4().hex[:24]
+
+    async def scenario() -> None:
+        writer = BatchWriter(
+            events_inserter(storage), max_events=10_000, max_delay=60.0, buffer_limit=50
+        )
+        writer.start()
+        waiting = asyncio.ensure_future(writer.write([event_row(project_id)] * 40))
+        await asyncio.sleep(0.05)
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(Overloaded):
+            await writer.write([event_row(project_id)] * 20)
+        assert asyncio.get_running_loop().time() - started < 0.1  # refused at once
+        await writer.stop()
+        await waiting  # what was accepted is still stored
+
+    asyncio.run(scenario())
+    assert (
+        storage.query(
+            f"SELECT count() FROM {storage.database}.events WHERE project_id = {{p:String}}",
+            {"p": project_id},
+        )[0][0]
+        == 40
+    )
