@@ -114,3 +114,39 @@ def test_only_key_hashes_are_stored(client, user):
     flat = " ".join(str(value) for row in rows for value in row)
     assert key not in flat and key[3:] not in flat
     assert hashlib.sha256(key.encode()).hexdigest() in flat
+
+
+def test_rate_limits_answer_429_with_retry_after(make_client):
+    with make_client(
+        collect_limit_per_key="3/minute", collect_limit_per_ip="", session_limit_per_user="4/minute"
+    ) as client:
+        _, key = new_project(client, user="limited")  # the 1st session request
+        codes = [
+            client.post(
+                "/api/collect", json={"events": [{"name": "a"}]}, headers={"x-api-key": key}
+            ).status_code
+            for _ in range(4)
+        ]
+        assert codes == [202, 202, 202, 429]
+        limited = client.post(
+            "/api/collect", json={"events": [{"name": "a"}]}, headers={"x-api-key": key}
+        )
+        assert limited.json() == {"error": "Too many requests"}
+        assert int(limited.headers["retry-after"]) >= 1
+        headers = {"authorization": f"Bearer {token('limited')}"}
+        sessions = [client.get("/api/projects", headers=headers).status_code for _ in range(4)]
+        assert sessions == [200, 200, 200, 429]
+        # Another user is not limited by this one.
+        other = {"authorization": f"Bearer {token('someone-else')}"}
+        assert client.get("/api/projects", headers=other).status_code == 200
+    with make_client(collect_limit_per_key="", collect_limit_per_ip="2/minute") as client:
+        _, key = new_project(client, user="ip")
+        codes = [
+            client.post(
+                "/api/collect",
+                json={"events": [{"name": "a"}]},
+                headers={"x-api-key": key, "x-forwarded-for": ip},
+            ).status_code
+            for ip in ("198.51.100.1",) * 3 + ("198.51.100.2",)
+        ]
+        assert codes == [202, 202, 429, 202]
