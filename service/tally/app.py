@@ -27,6 +27,7 @@ from .http.controllers import ProjectController, collect, dashboard, health
 from .http.errors import EXCEPTION_HANDLERS
 from .http.ratelimit import RateLimits
 from .http.schemas import CLOSED_BODIES
+from .http.timeouts import body_deadline
 from .storage.client import Storage, parse_url
 from .storage.keys import KeyRegistry
 from .storage.migrate import migrate as apply_schema
@@ -136,6 +137,7 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
         openapi_config=OPENAPI,
         cors_config=CORS,
         before_send=[add_security_headers],
+        middleware=[body_deadline(settings.body_timeout_seconds)],
         logging_config=None,
         debug=False,
     )

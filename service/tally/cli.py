@@ -81,6 +81,7 @@ def serve(host: str, port: int, workers: int) -> None:
     """Run the HTTP API under granian (applies the schema first)."""
     from granian import Granian
     from granian.constants import Interfaces
+    from granian.http import HTTP1Settings
 
     settings = load_settings()
     _setup_logging(settings)
@@ -112,6 +113,9 @@ def serve(host: str, port: int, workers: int) -> None:
         workers=workers,
         log_access=False,
         workers_kill_timeout=settings.shutdown_timeout_seconds,
+        http1_settings=HTTP1Settings(
+            header_read_timeout=int(settings.header_timeout_seconds * 1000)
+        ),
     )
     log.info("Tally listening on http://%s:%d", host, port)
     server.serve()

@@ -61,6 +61,10 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     # Events buffered (waiting for their INSERT) above which collect sheds load with 503.
     buffer_limit_events: int = 200_000
 
+    # Slow clients: seconds to send the headers (granian) and then the whole body (408 after).
+    header_timeout_seconds: float = 10.0
+    body_timeout_seconds: float = 10.0
+
     # How long a stopping worker may take to finish requests and flush its buffer.
     shutdown_timeout_seconds: int = 30
 

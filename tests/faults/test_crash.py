@@ -34,7 +34,7 @@ print(json.dumps(dict(rows)))
 
 
 class Server:
-    def __init__(self, data: Path) -> None:
+    def __init__(self, data: Path, **settings: str) -> None:
         self.data, self.port = data, free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("TALLY_")}
@@ -45,6 +45,7 @@ class Server:
             TALLY_COLLECT_LIMIT_PER_IP="",
             TALLY_LOG_LEVEL="WARNING",
             TALLY_KEY_REFRESH_SECONDS="0.5",
+            **settings,
         )
         self.log = open(data / f"serve-{self.port}.log", "w")  # noqa: SIM115
         self.proc = subprocess.Popen(
@@ -170,3 +171,35 @@ def test_sigterm_drains_and_exits_within_its_timeout(tmp_path):
     stored = stored_ids(tmp_path)
     assert result["acked"] and not (result["acked"] - stored.keys())
     assert all(n == 1 for n in stored.values())
+
+
+def test_slow_clients_are_cut_off(tmp_path):
+    import socket
+
+    server = Server(tmp_path, TALLY_HEADER_TIMEOUT_SECONDS="1", TALLY_BODY_TIMEOUT_SECONDS="1")
+    try:
+        key = new_key(server.url)
+        # Slow body: headers promise 1000 bytes, 10 arrive, then nothing.
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(
+                f"POST /api/collect HTTP/1.1\r\nHost: x\r\nx-api-key: {key}\r\n"
+                'content-type: application/json\r\ncontent-length: 1000\r\n\r\n{"events"'.encode()
+            )
+            started = time.monotonic()
+            answer = sock.recv(4096).decode()
+            assert answer.startswith("HTTP/1.1 408"), answer
+            assert '{"error":"Request timeout"}' in answer
+            assert time.monotonic() - started < 5
+        # Slow headers: the connection is closed without an answer.
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(b"POST /api/collect HTTP/1.1\r\nHost: x\r\n")
+            started = time.monotonic()
+            try:
+                closed = sock.recv(4096)
+            except ConnectionResetError:
+                closed = b""
+            assert closed == b"" or closed.startswith(b"HTTP/1.1 408"), closed
+            assert time.monotonic() - started < 5
+        assert httpx.get(f"{server.url}/api/health").status_code == 200  # still serving
+    finally:
+        server.stop()

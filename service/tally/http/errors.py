@@ -30,6 +30,7 @@ _DEFAULT_ERRORS = {
     403: "Forbidden",
     404: "Not found",
     405: "Method not allowed",
+    408: "Request timeout",
     413: "Payload too large",
     415: "Unsupported media type",
     429: "Too many requests",

@@ -1,0 +1,49 @@
+"""A deadline for reading a request body, against slow-loris clients that trickle bytes.
+
+granian bounds the time to read the headers; this bounds the body: once the application first
+asks for it, the whole body must arrive within ``seconds`` or the request is answered 408.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from litestar.exceptions import HTTPException
+from litestar.types import ASGIApp, Receive, Scope, Send
+
+
+class BodyTimeout(HTTPException):
+    status_code = 408
+    detail = "Request timeout"
+
+
+def body_deadline(seconds: float) -> Any:
+    """Litestar middleware factory: ``middleware=[body_deadline(10)]``."""
+
+    def middleware(app: ASGIApp) -> ASGIApp:
+        async def handle(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http" or seconds <= 0:
+                await app(scope, receive, send)
+                return
+            deadline: list[float] = []
+
+            async def receive_in_time() -> Any:
+                if not deadline:
+                    deadline.append(time.monotonic() + seconds)
+                remaining = max(deadline[0] - time.monotonic(), 0.001)
+                # Not asyncio.wait_for: on timeout it waits for the cancelled receive to finish,
+                # and the server's receive only finishes when bytes arrive.
+                pending = asyncio.ensure_future(receive())
+                done, _ = await asyncio.wait({pending}, timeout=remaining)
+                if not done:
+                    pending.cancel()
+                    raise BodyTimeout
+                return pending.result()
+
+            await app(scope, receive_in_time, send)
+
+        return handle
+
+    return middleware
