@@ -16,7 +16,11 @@ import msgspec
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, assume, settings
-from schemathesis.specs.openapi.checks import allow_header_conformance, ignored_auth
+from schemathesis.specs.openapi.checks import (
+    allow_header_conformance,
+    ignored_auth,
+    positive_data_acceptance,
+)
 
 from conftest import JWT_SECRET, token
 from tally.app import create_app
@@ -100,3 +104,26 @@ def test_api_conforms_to_its_document(case, server):
     case.call_and_validate(
         base_url=url, headers=headers, excluded_checks=[ignored_auth, allow_header_conformance]
     )
+
+
+@schema.parametrize()
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+def test_api_without_credentials_conforms_too(case, server):
+    url, _ = server
+    # Without credentials every operation but health answers 401 (documented), so schema-valid
+    # requests are not expected to be accepted; everything else still holds: no 5xx, every
+    # answer as documented.
+    case.headers = {
+        k: v
+        for k, v in (case.headers or {}).items()
+        if k.lower() not in ("authorization", "x-api-key", "cookie")
+    }
+    case.query = {k: v for k, v in (case.query or {}).items() if k != "apiKey"}
+    response = case.call(base_url=url)
+    assert response.status_code < 500
+    case.validate_response(
+        response,
+        excluded_checks=[ignored_auth, allow_header_conformance, positive_data_acceptance],
+    )
+    if case.path != "/api/health" and case.method.upper() in ("GET", "POST", "DELETE"):
+        assert response.status_code in (400, 401, 404, 405, 413), response.text

@@ -263,3 +263,37 @@ def test_overload_sheds_instead_of_buffering_without_bound(client):
         )[0][0]
         == 40
     )
+
+
+def test_buffer_is_bounded_in_bytes_too(client):
+    from tally.storage.writer import Overloaded
+
+    storage = client.app.state.storage
+    project_id = uuid.uuid4().hex[:24]
+
+    async def scenario() -> None:
+        writer = BatchWriter(
+            events_inserter(storage),
+            max_events=10_000,
+            max_delay=60.0,
+            buffer_limit=10_000,
+            buffer_limit_bytes=1_000,
+        )
+        writer.start()
+        waiting = asyncio.ensure_future(writer.write([event_row(project_id)], size=800))
+        await asyncio.sleep(0.05)
+        with pytest.raises(Overloaded):
+            await writer.write([event_row(project_id)], size=300)
+        small = asyncio.ensure_future(writer.write([event_row(project_id)], size=100))
+        await asyncio.sleep(0.05)
+        await writer.stop()
+        await asyncio.gather(waiting, small)
+
+    asyncio.run(scenario())
+    assert (
+        storage.query(
+            f"SELECT count() FROM {storage.database}.events WHERE project_id = {{p:String}}",
+            {"p": project_id},
+        )[0][0]
+        == 2
+    )

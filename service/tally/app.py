@@ -106,6 +106,7 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
             backoff=settings.insert_retry_backoff_ms / 1000,
             buffer_limit=settings.buffer_limit_events,
             max_inflight=settings.batch_max_inflight,
+            buffer_limit_bytes=settings.buffer_limit_mb * 1024 * 1024,
         )
         state.storage, state.store, state.registry, state.writer = storage, store, keys, writer
         await keys.start()

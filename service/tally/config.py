@@ -60,6 +60,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     session_limit_per_user: str = "100/second"
     # Events buffered (waiting for their INSERT) above which collect sheds load with 503.
     buffer_limit_events: int = 200_000
+    # ...or whose requests' bodies add up to more than this many MiB (bounds the buffer's memory).
+    buffer_limit_mb: int = 256
 
     # Slow clients: seconds to send the headers (granian) and then the whole body (408 after).
     header_timeout_seconds: float = 10.0

@@ -203,3 +203,65 @@ def test_slow_clients_are_cut_off(tmp_path):
         assert httpx.get(f"{server.url}/api/health").status_code == 200  # still serving
     finally:
         server.stop()
+
+
+def worker_rss_mb(server: Server) -> float:
+    """Resident memory of the granian worker (the child that runs Tally), in MiB."""
+    children = Path(f"/proc/{server.proc.pid}/task/{server.proc.pid}/children").read_text().split()
+    total = 0.0
+    for pid in children:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1]) / 1024
+    return total
+
+
+def test_overload_sheds_quickly_keeps_memory_bounded_and_recovers(tmp_path):
+    server = Server(tmp_path, TALLY_BUFFER_LIMIT_EVENTS="2000", TALLY_BATCH_MAX_DELAY_MS="300")
+    try:
+        key = new_key(server.url)
+        baseline = worker_rss_mb(server)
+        answers: list[tuple[int, float, str]] = []
+        lock = threading.Lock()
+        stop = time.monotonic() + 3
+
+        def flood() -> None:
+            body = {"events": [{"name": "pageview", "path": "/x" * 500}] * 100}
+            with httpx.Client(timeout=30) as http:
+                while time.monotonic() < stop:
+                    started = time.monotonic()
+                    response = http.post(
+                        f"{server.url}/api/collect", json=body, headers={"x-api-key": key}
+                    )
+                    with lock:
+                        answers.append(
+                            (
+                                response.status_code,
+                                time.monotonic() - started,
+                                response.headers.get("retry-after", ""),
+                            )
+                        )
+
+        threads = [threading.Thread(target=flood) for _ in range(40)]
+        for thread in threads:
+            thread.start()
+        peak = baseline
+        while any(t.is_alive() for t in threads):
+            peak = max(peak, worker_rss_mb(server))
+            time.sleep(0.05)
+        shed = [a for a in answers if a[0] == 503]
+        assert shed, "the buffer limit was never reached"
+        assert {a[0] for a in answers} <= {202, 503}
+        assert all(a[2] for a in shed)  # Retry-After on every refusal
+        assert sorted(a[1] for a in shed)[len(shed) // 2] < 0.25  # refused quickly (median)
+        # The cap: 2,000 buffered events of ~1 KiB cannot grow the worker by more than this.
+        assert peak - baseline < 300, f"worker grew from {baseline:.0f} to {peak:.0f} MiB"
+        recovered = httpx.post(
+            f"{server.url}/api/collect",
+            json={"events": [{"name": "ok"}]},
+            headers={"x-api-key": key},
+            timeout=30,
+        )
+        assert recovered.status_code == 202
+    finally:
+        server.stop()

@@ -207,7 +207,7 @@ async def collect(
         ip=state.hash_ip(ip),
         user_agent=request.headers.get("user-agent", ""),
     )
-    await state.writer.write(rows)
+    await state.writer.write(rows, size=len(await request.body()))
     state.registry.touch(record)
     return s.Accepted(accepted=len(rows))
 

@@ -79,6 +79,7 @@ class BatchWriter:
         backoff: float = 0.1,
         buffer_limit: int | None = None,
         max_inflight: int = 1,
+        buffer_limit_bytes: int = 0,
     ) -> None:
         self._insert = insert
         self.max_events = max(1, max_events)
@@ -87,6 +88,8 @@ class BatchWriter:
         self.backoff = backoff
         self.buffer_limit = buffer_limit or self.max_events * 10
         self.max_inflight = max(1, max_inflight)
+        self.buffer_limit_bytes = buffer_limit_bytes  # 0: no byte bound
+        self._pending_bytes = 0
         self._flushes: set[asyncio.Task[None]] = set()
         self._slot_freed = asyncio.Event()
         self._rows: list[tuple[Any, ...]] = []
@@ -119,12 +122,24 @@ class BatchWriter:
         return len(self._rows) + self._inflight
 
     # --- request side ------------------------------------------------------------------------
-    async def write(self, rows: Sequence[tuple[Any, ...]]) -> None:
-        """Return once ``rows`` are durably stored; raise StorageUnavailable or Overloaded."""
+    async def write(self, rows: Sequence[tuple[Any, ...]], size: int = 0) -> None:
+        """Return once ``rows`` are durably stored; raise StorageUnavailable or Overloaded.
+
+        ``size`` (the request's bytes) counts against the byte bound of the buffer.
+        """
         if self._closing or self._task is None:
             raise StorageUnavailable("writer is not running")
-        if self.pending + len(rows) > self.buffer_limit:
+        if self.pending + len(rows) > self.buffer_limit or (
+            self.buffer_limit_bytes and self._pending_bytes + size > self.buffer_limit_bytes
+        ):
             raise Overloaded
+        self._pending_bytes += size
+        try:
+            await self._enqueue(rows)
+        finally:
+            self._pending_bytes -= size
+
+    async def _enqueue(self, rows: Sequence[tuple[Any, ...]]) -> None:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if not self._rows:
             self._first_at = time.monotonic()
