@@ -163,3 +163,46 @@ def test_sql_looking_strings_are_stored_verbatim(client):
         p=project_id,
     )[0]
     assert row[:5] == (nasty,) * 5 and json.loads(row[5]) == {nasty: nasty}
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"1e308",
+        b"-1e308",
+        b"18446744073709551615",
+        b"-9223372036854775808",
+        b"1000000000000000000000000000000",
+        b"1e-320",
+        b"0.1",
+    ],
+)
+def test_huge_numbers_in_metadata_are_stored(client, raw):
+    project_id, key = new_project(client, user="prop")
+    body = (
+        b'{"events": [{"name": "n", "metadata": {"x": ' + raw + b', "durationMs": ' + raw + b"}}]}"
+    )
+    response = client.post(
+        "/api/collect", content=body, headers={"x-api-key": key, "content-type": "application/json"}
+    )
+    assert response.status_code == 202, response.text
+    (metadata,) = stored(
+        client, "SELECT metadata FROM {db}.events WHERE project_id = {p:String}", p=project_id
+    )[0]
+    assert float(json.loads(metadata)["x"]) == float(raw)
+
+
+@pytest.mark.parametrize("raw", [b"NaN", b"Infinity", b"-Infinity", b"1e999"])
+def test_non_finite_numbers_are_refused(client, raw):
+    project_id, key = new_project(client, user="prop")
+    body = b'{"events": [{"name": "n", "metadata": {"x": ' + raw + b"}}]}"
+    response = client.post(
+        "/api/collect", content=body, headers={"x-api-key": key, "content-type": "application/json"}
+    )
+    assert response.status_code == 400, response.text
+    assert (
+        stored(
+            client, "SELECT count() FROM {db}.events WHERE project_id = {p:String}", p=project_id
+        )[0][0]
+        == 0
+    )

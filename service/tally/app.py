@@ -97,7 +97,11 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
             refresh_interval=settings.key_refresh_seconds,
             usage_interval=settings.last_used_flush_seconds,
         )
-        insert: InsertFn = _noop_insert if settings.bench_noop_storage else events_inserter(storage)
+        insert: InsertFn = (
+            _noop_insert
+            if settings.bench_noop_storage
+            else events_inserter(storage, settings.fault_file)
+        )
         writer = BatchWriter(
             insert,
             max_events=settings.batch_max_events,

@@ -80,6 +80,9 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     # Benchmark-only: acknowledge events without storing them, to measure the HTTP stack's
     # ceiling. Never set this in production.
     bench_noop_storage: bool = False
+    # Fault tests only: a file whose presence makes event INSERTs fail ("fail") or lose their
+    # answer after succeeding ("lose"). Never set this in production.
+    fault_file: str = ""
 
     # --- derived helpers -------------------------------------------------------------------
     @property

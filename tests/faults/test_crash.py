@@ -86,8 +86,15 @@ def stored_ids(data: Path) -> dict[str, int]:
     return json.loads(out.stdout)
 
 
-def ingest_until(url: str, key: str, stop: threading.Event, senders: int = 8) -> set[str]:
-    """Senders post 20-event batches with unique ids; return the ids of acknowledged batches."""
+def ingest_until(
+    url: str,
+    key: str,
+    stop: threading.Event,
+    senders: int = 8,
+    first_ack: threading.Event | None = None,
+) -> set[str]:
+    """Senders post 20-event batches with unique ids; return the ids of acknowledged batches.
+    ``first_ack`` is set when the first batch is acknowledged."""
     acked: set[str] = set()
     lock = threading.Lock()
 
@@ -107,6 +114,8 @@ def ingest_until(url: str, key: str, stop: threading.Event, senders: int = 8) ->
                 if response.status_code == 202:
                     with lock:
                         acked.update(ids)
+                    if first_ack is not None:
+                        first_ack.set()
 
     threads = [threading.Thread(target=sender, args=(n,)) for n in range(senders)]
     for thread in threads:
@@ -125,16 +134,21 @@ def new_key(url: str) -> str:
     return created.json()["apiKey"]
 
 
-@pytest.mark.parametrize("kill_after", [0.4, 1.2, 2.0])
+@pytest.mark.parametrize("kill_after", [0.05, 0.6, 1.5])
 def test_sigkill_mid_ingest_loses_no_acknowledged_event(tmp_path, kill_after):
     server = Server(tmp_path)
     key = new_key(server.url)
-    stop = threading.Event()
+    stop, first_ack = threading.Event(), threading.Event()
     result: dict[str, set[str]] = {}
     runner = threading.Thread(
-        target=lambda: result.update(acked=ingest_until(server.url, key, stop))
+        target=lambda: result.update(
+            acked=ingest_until(server.url, key, stop, first_ack=first_ack)
+        )
     )
     runner.start()
+    # Kill points are measured from the first acknowledgement, so every run kills mid-stream
+    # however long the new key takes to become known.
+    assert first_ack.wait(timeout=30), "nothing was acknowledged"
     time.sleep(kill_after)
     server.kill()
     stop.set()
@@ -265,3 +279,45 @@ def test_overload_sheds_quickly_keeps_memory_bounded_and_recovers(tmp_path):
         assert recovered.status_code == 202
     finally:
         server.stop()
+
+
+def test_storage_failure_then_lost_answers_then_recovery(tmp_path):
+    fault = tmp_path / "fault"
+    server = Server(
+        tmp_path,
+        TALLY_FAULT_FILE=str(fault),
+        TALLY_INSERT_ATTEMPTS="3",
+        TALLY_INSERT_RETRY_BACKOFF_MS="20",
+    )
+    try:
+        key = new_key(server.url)
+
+        def send(uid: str) -> httpx.Response:
+            body = {
+                "events": [
+                    {"name": "pageview", "metadata": {"uid": f"{uid}-{j}"}} for j in range(5)
+                ]
+            }
+            return httpx.post(
+                f"{server.url}/api/collect", json=body, headers={"x-api-key": key}, timeout=30
+            )
+
+        assert send("before").status_code == 202
+        fault.write_text("fail")  # storage refuses every INSERT
+        failed = [send(f"failed{i}") for i in range(3)]
+        assert all(
+            r.status_code == 503 and r.json() == {"error": "Storage unavailable"} for r in failed
+        )
+        fault.write_text("lose")  # INSERTs succeed but their answers are lost: retried
+        lost = [send(f"lost{i}") for i in range(3)]
+        fault.unlink()  # storage is back
+        assert send("after").status_code == 202
+    finally:
+        assert server.stop() == 0
+    stored = stored_ids(tmp_path)
+    assert all(stored.get(f"before-{j}") == 1 and stored.get(f"after-{j}") == 1 for j in range(5))
+    assert not any(uid.startswith("failed") for uid in stored)  # 503: nothing stored
+    # A lost answer is retried with the same token: stored once, never twice, whatever the
+    # client was told (503 after all attempts lost their answers).
+    assert all(stored.get(f"lost{i}-{j}") == 1 for i in range(3) for j in range(5))
+    assert all(r.status_code == 503 for r in lost)

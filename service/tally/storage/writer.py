@@ -231,11 +231,19 @@ class BatchWriter:
                     waiter.set_exception(StorageUnavailable(str(error)))
 
 
-def events_inserter(storage: Storage) -> InsertFn:
-    """The insert function that stores a batch of event rows in ``events``."""
+def events_inserter(storage: Storage, fault_file: str = "") -> InsertFn:
+    """The insert function that stores a batch of event rows in ``events``.
+
+    ``fault_file`` is for fault tests only: while that file exists and says ``fail``, every
+    INSERT fails; when it says ``lose``, every INSERT succeeds but its answer is lost (raises
+    afterwards), so the writer retries an INSERT that was in fact stored.
+    """
     table = f"{storage.database}.events"
 
     def insert(rows: list[tuple[Any, ...]], token: str) -> None:
+        fault = _fault(fault_file)
+        if fault == "fail":
+            raise StorageUnavailable("injected fault: insert refused")
         columns = list(zip(*rows, strict=True))
         storage.insert(
             table,
@@ -244,5 +252,17 @@ def events_inserter(storage: Storage) -> InsertFn:
             settings={**INSERT_SETTINGS, "insert_deduplication_token": token},
             column_types=EVENT_TYPES,
         )
+        if fault == "lose":
+            raise StorageUnavailable("injected fault: answer lost after the insert")
 
     return insert
+
+
+def _fault(path: str) -> str:
+    if not path:
+        return ""
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
