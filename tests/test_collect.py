@@ -179,6 +179,30 @@ def test_occurred_at_without_offset_is_utc_and_offsets_are_honoured(client, proj
     assert times == [datetime(2026, 3, 1, 10, tzinfo=UTC)] * 2
 
 
+def test_occurred_at_milliseconds_are_stored_exactly(client, project):
+    """Timestamps travel to ClickHouse as seconds with a millisecond fraction: every millisecond,
+    from the epoch's first to year 9999's last, must arrive unchanged."""
+    project_id, key = project
+    sent = [
+        "1970-01-01T00:00:00.000Z",
+        "1970-01-01T00:00:00.001Z",
+        "1999-12-31T23:59:59.999Z",
+        "2024-02-29T12:34:56.007Z",
+        "2026-01-02T03:04:05.678+05:30",
+    ] + [f"2025-06-0{d}T01:02:03.{ms:03d}Z" for d, ms in ((1, 10), (2, 100), (3, 999), (4, 1))]
+    assert (
+        post(client, key, {"events": [{"name": "t", "occurredAt": t} for t in sent]}).status_code
+        == 202
+    )
+    millis = stored(
+        client,
+        "SELECT toUnixTimestamp64Milli(occurred_at) FROM {db}.events WHERE project_id = {p:String}",
+        p=project_id,
+    )
+    expected = [round(datetime.fromisoformat(t).timestamp() * 1000) for t in sent]
+    assert sorted(m for (m,) in millis) == sorted(expected)
+
+
 def test_omitted_occurred_at_is_receipt_time_and_future_is_clamped(client, project):
     project_id, key = project
     before = datetime.now(UTC) - timedelta(seconds=1)

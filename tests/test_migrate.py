@@ -79,7 +79,7 @@ def test_retention_ttl_expires_old_data_and_can_be_changed(chdb_path):
 
         assert all("toIntervalDay(30)" in engines()[t] for t in RETENTION_COLUMNS)
         now = datetime.now(UTC)
-        old, recent = (int((now - timedelta(days=d)).timestamp() * 1000) for d in (40, 2))
+        old, recent = (int((now - timedelta(days=d)).timestamp()) for d in (40, 2))
         rows = [
             ("p" * 24, "pageview", t, t, "/", "", "", "s", "v", "", "", "", None, "{}", "", "", "k")
             for t in (old, recent)

@@ -27,7 +27,7 @@ def event_row(
     visitor: str = "",
 ) -> tuple:
     """A row in the writer's column order (storage.writer.EVENT_COLUMNS)."""
-    at = 1_700_000_000_000
+    at = 1_700_000_000.0
     return (
         project_id,
         name,

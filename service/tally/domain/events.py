@@ -75,12 +75,16 @@ def to_rows(
     ip: str,
     user_agent: str,
 ) -> list[tuple[Any, ...]]:
-    """One row per event, in the column order of ``storage.writer.EVENT_COLUMNS``."""
+    """One row per event, in the column order of ``storage.writer.EVENT_COLUMNS``.
+
+    Timestamps are seconds since the epoch, exact to the millisecond (``ms / 1000``).
+    """
     client = classify(user_agent)
+    received = received_ms / 1000
     rows = []
     for index, event in enumerate(events):
         if event.occurred_at is None:
-            occurred = received_ms
+            occurred = received
         else:
             try:
                 occurred = to_millis(parse_time(event.occurred_at))
@@ -92,14 +96,14 @@ def to_rows(
                 raise InvalidEvent(
                     f"$.events[{index}].occurredAt", "must not be before 1970-01-01T00:00:00Z"
                 )
-            occurred = min(occurred, received_ms)
+            occurred = min(occurred, received_ms) / 1000
         metadata = event.metadata or {}
         rows.append(
             (
                 project_id,
                 event.name,
                 occurred,
-                received_ms,
+                received,
                 event.path or "",
                 event.url or "",
                 event.referrer or "",

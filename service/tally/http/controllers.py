@@ -21,6 +21,7 @@ from ..storage import dashboard as dashboard_queries
 from ..storage.projects import ProjectStore
 from . import schemas as s
 from .auth import api_key_guard, session_guard
+from .decoding import StructDTO
 from .ratelimit import RateLimits, client_ip
 from .views import build_dashboard
 
@@ -90,6 +91,8 @@ class ProjectController(Controller):
         status_code=HTTP_201_CREATED,
         responses=_errors(400, 401, 429, 503),
         summary="Create a project and its Default API key",
+        dto=StructDTO[s.CreateProject],
+        return_dto=None,
     )
     async def create_project(
         self, request: Request[Any, Any, Any], state: State, data: JSONBody[s.CreateProject]
@@ -126,6 +129,8 @@ class ProjectController(Controller):
         status_code=HTTP_201_CREATED,
         responses=_errors(400, 401, 404, 429, 503),
         summary="Create another API key for a project (shown once)",
+        dto=StructDTO[s.CreateKey],
+        return_dto=None,
     )
     async def create_key(
         self, request: Request[Any, Any, Any], state: State, data: JSONBody[s.CreateKey]
@@ -190,6 +195,8 @@ COLLECT_EXAMPLE = Example(
     security=[{"apiKey": []}, {"apiKeyQuery": []}],
     summary="Ingest 1 to 100 events",
     description="202 is sent once the events are durably stored. JSON or text/plain bodies.",
+    dto=StructDTO[s.CollectBody],
+    return_dto=None,
 )
 async def collect(
     request: Request[Any, Any, Any], state: State, data: JSONBody[s.CollectBody]

@@ -190,6 +190,18 @@ class Storage:
                 settings=settings,
             )
 
+    def raw_insert(
+        self,
+        table: str,
+        column_names: Sequence[str],
+        data: bytes,
+        fmt: str,
+        settings: dict[str, Any] | None = None,
+    ) -> None:
+        """INSERT of ``data`` already encoded in ClickHouse input format ``fmt``."""
+        with self.client() as client, _unavailable_on_failure():
+            client.raw_insert(table, list(column_names), data, settings=settings, fmt=fmt)
+
     # --- async API ---------------------------------------------------------------------------
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking storage call in a worker thread."""

@@ -20,35 +20,36 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import msgspec
+
 from .client import Storage, StorageUnavailable
 
 __all__ = ["EVENT_COLUMNS", "BatchWriter", "Overloaded", "StorageUnavailable", "events_inserter"]
 
 log = logging.getLogger("tally.writer")
 
-# Columns of ``events`` that Tally writes, in the order of each row tuple, with their types
-# (as in schema/001_events.sql; knowing them spares a DESCRIBE before every INSERT).
-EVENT_SCHEMA: tuple[tuple[str, str], ...] = (
-    ("project_id", "LowCardinality(String)"),
-    ("name", "LowCardinality(String)"),
-    ("occurred_at", "DateTime64(3, 'UTC')"),
-    ("received_at", "DateTime64(3, 'UTC')"),
-    ("path", "String"),
-    ("url", "String"),
-    ("referrer", "String"),
-    ("session_id", "String"),
-    ("visitor_id", "String"),
-    ("browser", "LowCardinality(String)"),
-    ("os", "LowCardinality(String)"),
-    ("device_type", "LowCardinality(String)"),
-    ("duration_ms", "Nullable(Float64)"),
-    ("metadata", "String"),
-    ("ip", "String"),
-    ("user_agent", "String"),
-    ("key_id", "LowCardinality(String)"),
+# Columns of ``events`` that Tally writes, in the order of each row tuple (as in
+# schema/001_events.sql). Timestamps travel as seconds since the epoch with the milliseconds as
+# the fraction (a float's shortest form is exact to the millisecond for every date up to 9999).
+EVENT_COLUMNS: tuple[str, ...] = (
+    "project_id",
+    "name",
+    "occurred_at",
+    "received_at",
+    "path",
+    "url",
+    "referrer",
+    "session_id",
+    "visitor_id",
+    "browser",
+    "os",
+    "device_type",
+    "duration_ms",
+    "metadata",
+    "ip",
+    "user_agent",
+    "key_id",
 )
-EVENT_COLUMNS: tuple[str, ...] = tuple(name for name, _ in EVENT_SCHEMA)
-EVENT_TYPES: tuple[str, ...] = tuple(kind for _, kind in EVENT_SCHEMA)
 
 INSERT_SETTINGS: dict[str, Any] = {
     "async_insert": 0,
@@ -244,18 +245,24 @@ def events_inserter(storage: Storage, fault_file: str = "") -> InsertFn:
         fault = _fault(fault_file)
         if fault == "fail":
             raise StorageUnavailable("injected fault: insert refused")
-        columns = list(zip(*rows, strict=True))
-        storage.insert(
+        # One JSON array per row, encoded by msgspec in C and parsed by ClickHouse in C++ (which
+        # releases the GIL): the Python side of an INSERT costs well under a microsecond per
+        # event. A Native block built by clickhouse-connect in Python cost ~6 µs per event, all
+        # of it under the GIL that the HTTP side needs.
+        storage.raw_insert(
             table,
-            columns,
             EVENT_COLUMNS,
+            _encode_lines(rows),
+            fmt="JSONCompactEachRow",
             settings={**INSERT_SETTINGS, "insert_deduplication_token": token},
-            column_types=EVENT_TYPES,
         )
         if fault == "lose":
             raise StorageUnavailable("injected fault: answer lost after the insert")
 
     return insert
+
+
+_encode_lines = msgspec.json.Encoder().encode_lines
 
 
 def _fault(path: str) -> str:
