@@ -7,7 +7,6 @@ asks for it, the whole body must arrive within ``seconds`` or the request is ans
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 from litestar.exceptions import HTTPException
@@ -31,16 +30,14 @@ def body_deadline(seconds: float) -> Any:
 
             async def receive_in_time() -> Any:
                 if not deadline:
-                    deadline.append(time.monotonic() + seconds)
-                remaining = max(deadline[0] - time.monotonic(), 0.001)
-                # Not asyncio.wait_for: on timeout it waits for the cancelled receive to finish,
-                # and the server's receive only finishes when bytes arrive.
-                pending = asyncio.ensure_future(receive())
-                done, _ = await asyncio.wait({pending}, timeout=remaining)
-                if not done:
-                    pending.cancel()
-                    raise BodyTimeout
-                return pending.result()
+                    deadline.append(asyncio.get_running_loop().time() + seconds)
+                # asyncio.timeout_at cancels the awaited receive itself (one timer, no extra
+                # task); the server's receive answers a cancellation at once.
+                try:
+                    async with asyncio.timeout_at(deadline[0]):
+                        return await receive()
+                except TimeoutError:
+                    raise BodyTimeout from None
 
             await app(scope, receive_in_time, send)
 
