@@ -141,9 +141,7 @@ def test_sigkill_mid_ingest_loses_no_acknowledged_event(tmp_path, kill_after):
     stop, first_ack = threading.Event(), threading.Event()
     result: dict[str, set[str]] = {}
     runner = threading.Thread(
-        target=lambda: result.update(
-            acked=ingest_until(server.url, key, stop, first_ack=first_ack)
-        )
+        target=lambda: result.update(acked=ingest_until(server.url, key, stop, first_ack=first_ack))
     )
     runner.start()
     # Kill points are measured from the first acknowledgement, so every run kills mid-stream
