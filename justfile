@@ -39,6 +39,16 @@ token USER="dev":
 test *ARGS:
     .venv/bin/python -m pytest {{ARGS}}
 
+# the server suite: a ClickHouse server and the 2x2 cluster in Docker (skipped without an engine)
+[group('test')]
+test-server *ARGS:
+    .venv/bin/python -m pytest tests/server -rs {{ARGS}}
+
+# print the DDL for a ClickHouse cluster, as `tally migrate` would run it there
+[group('serve')]
+schema-cluster CLUSTER="tally_cluster":
+    .venv/bin/tally schema --cluster {{CLUSTER}}
+
 # --- bench -------------------------------------------------------------------------------------
 
 # the full benchmark suite (ingest and dashboard up to 100M events; takes a while)

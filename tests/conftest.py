@@ -1,4 +1,5 @@
-"""Shared fixtures. Every test runs against the real ClickHouse engine (chDB, in process).
+"""Shared fixtures. Every test runs against the real ClickHouse engine (chDB, in process; or a
+ClickHouse server or cluster when tests/storage_modes.py says so).
 
 chDB hosts one engine per process, so the whole session shares one data folder. The ``client``
 fixture is one app on one database for the session: tests stay independent because each works in
@@ -18,9 +19,11 @@ from typing import Any
 import pytest
 from litestar.testing import TestClient
 
+from storage_modes import CLUSTER_SHAPE, apply_cluster_shape, storage_overrides
 from tally.app import create_app
 from tally.config import Settings
 from tally.http.auth import issue_token
+from tally.storage.client import Storage, parse_url
 
 JWT_SECRET = "test-secret-0123456789abcdef0123456789"
 
@@ -36,7 +39,7 @@ def chdb_path() -> Path:
 
 def make_settings(chdb_path: Path, tmp_path: Path, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
-        "clickhouse_url": f"chdb://{chdb_path}?database=t_{uuid.uuid4().hex[:12]}",
+        **storage_overrides(chdb_path, f"t_{uuid.uuid4().hex[:12]}"),
         "data_dir": str(tmp_path),
         "jwt_secret": JWT_SECRET,
         "clickhouse_pool_size": 4,
@@ -48,7 +51,14 @@ def make_settings(chdb_path: Path, tmp_path: Path, **overrides: Any) -> Settings
 @contextmanager
 def running(settings: Settings) -> Iterator[TestClient[Any]]:
     """A started app (schema applied) on ``settings``."""
-    with TestClient(create_app(settings, migrate=True)) as test_client:
+    if CLUSTER_SHAPE:
+        target = parse_url(settings.storage_url, settings.clickhouse_database)
+        storage = Storage(target, pool_size=1, cluster=settings.clickhouse_cluster)
+        try:
+            apply_cluster_shape(storage, settings.retention_days)
+        finally:
+            storage.close()
+    with TestClient(create_app(settings, migrate=not CLUSTER_SHAPE)) as test_client:
         yield test_client
 
 

@@ -170,3 +170,72 @@ def test_serve_refuses_to_start_without_storage(tmp_path):
     assert done.returncode != 0
     assert "cannot reach ClickHouse server" in done.stderr
     assert "not starting, the schema could not be applied" in done.stderr
+
+
+def test_schema_for_a_cluster(tmp_path):
+    done = subprocess.run(
+        [*TALLY, "schema", "--cluster", "tally_cluster"],
+        cwd=tmp_path,
+        env=clean_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    ddl = done.stdout
+    assert ddl.startswith("CREATE DATABASE IF NOT EXISTS tally ON CLUSTER tally_cluster;\n")
+    assert "CREATE TABLE IF NOT EXISTS tally.events_local ON CLUSTER tally_cluster" in ddl
+    assert "ENGINE = Distributed(tally_cluster, tally, events_local, cityHash64(project_id))" in ddl
+    # The setting is the default cluster; an empty --cluster renders for one node.
+    env = clean_env(
+        tmp_path, TALLY_CLICKHOUSE_CLUSTER="c2", TALLY_CLICKHOUSE_URL="http://u:p@h:8123/db"
+    )
+    from_env = subprocess.run(
+        [*TALLY, "schema"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert (
+        "tally.events" not in from_env.stdout and "db.events_local ON CLUSTER c2" in from_env.stdout
+    )
+    plain = subprocess.run(
+        [*TALLY, "schema", "--cluster", ""], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert "ON CLUSTER" not in plain.stdout and "db.events\n" in plain.stdout
+
+
+def test_cluster_mode_needs_a_server(tmp_path):
+    env = clean_env(tmp_path, TALLY_CLICKHOUSE_CLUSTER="tally_cluster")
+    done = subprocess.run(
+        [*TALLY, "migrate"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode != 0
+    assert "TALLY_CLICKHOUSE_CLUSTER needs a ClickHouse server" in done.stderr
+    env["TALLY_CLICKHOUSE_URL"] = "http://u:p@127.0.0.1:1/tally"
+    env["TALLY_CLICKHOUSE_CLUSTER"] = "bad-name"
+    done = subprocess.run(
+        [*TALLY, "migrate"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode != 0 and "must be a plain identifier" in done.stderr
+
+
+@pytest.mark.slow
+def test_serve_without_migrate_uses_the_schema_in_place(tmp_path):
+    """--no-migrate: deployments that run `tally migrate` as a step of their own."""
+    env = clean_env(
+        tmp_path, TALLY_CLICKHOUSE_URL=f"chdb://{tmp_path}/ch", TALLY_JWT_SECRET="s" * 32
+    )
+    subprocess.run([*TALLY, "migrate"], cwd=tmp_path, env=env, check=True, timeout=120)
+    port = free_port()
+    proc = subprocess.Popen(
+        [*TALLY, "serve", "--port", str(port), "--no-migrate"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", proc)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, output

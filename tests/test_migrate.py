@@ -96,3 +96,96 @@ def test_retention_ttl_expires_old_data_and_can_be_changed(chdb_path):
         assert all(" TTL " not in engines()[t] for t in RETENTION_COLUMNS)
     finally:
         storage.close()
+
+
+def test_one_node_rendering_is_the_files_as_written():
+    """Without a cluster every statement is its file's text with ${db} replaced: nothing
+    changes for embedded or single-server deployments."""
+    from string import Template
+
+    from tally.storage.migrate import MIGRATIONS_TABLE, database_statement, migrations_table
+
+    for migration in load_migrations():
+        text = Template(migration.sql).substitute(db="analytics")
+        statements = migration.statements("analytics")
+        assert statements == migration.statements("analytics", cluster="")
+        for statement in statements:
+            assert statement in text
+        covered = "".join(statements)
+        for line in text.splitlines():
+            if line.strip() and not line.strip().startswith("--"):
+                assert line.rstrip(";") in covered
+        assert not any(
+            word in covered for word in ("ON CLUSTER", "Replicated", "Distributed", "_local")
+        )
+    assert migrations_table("analytics") == MIGRATIONS_TABLE.replace("${db}", "analytics")
+    assert database_statement("analytics") == "CREATE DATABASE IF NOT EXISTS analytics"
+
+
+def test_cluster_rendering_refuses_what_it_does_not_know():
+    import pytest
+
+    from tally.storage.migrate import render_for_cluster
+
+    with pytest.raises(ValueError, match="no sharding key"):
+        render_for_cluster(
+            "CREATE TABLE IF NOT EXISTS ${db}.other\n(a UInt8)\nENGINE = MergeTree", "c"
+        )
+    with pytest.raises(ValueError, match="does not know how to render"):
+        render_for_cluster("ALTER TABLE ${db}.events ADD COLUMN x UInt8", "c")
+    with pytest.raises(ValueError, match="invalid cluster name"):
+        render_for_cluster("CREATE TABLE IF NOT EXISTS ${db}.events\n", "c; DROP")
+
+
+def test_cluster_statements_parse_on_the_engine(client):
+    """ClickHouse's own parser accepts every statement of cluster mode as rendered."""
+    from tally.storage.migrate import (
+        database_statement,
+        migrations_table,
+        retention_statements,
+    )
+
+    storage = client.app.state.storage
+    statements = [
+        database_statement("tally", "tally_cluster"),
+        migrations_table("tally", "tally_cluster"),
+    ]
+    for migration in load_migrations():
+        statements += migration.statements("tally", "tally_cluster")
+    statements += retention_statements({}, 30, "tally", "tally_cluster")
+    statements += retention_statements(
+        {"events_local": "MergeTree ... TTL x SETTINGS"}, 0, "tally", "tally_cluster"
+    )
+    for statement in statements:
+        formatted = storage.query("SELECT formatQuery({q:String})", {"q": statement})[0][0]
+        assert "ON CLUSTER tally_cluster" in formatted, statement
+
+
+def test_sharding_by_project_is_the_same_for_every_table(client):
+    """events hold project_id as LowCardinality(String), projects and keys as String: the
+    sharding key must hash both alike, or a tenant's rows would be on different shards."""
+    storage = client.app.state.storage
+    same = storage.query(
+        "SELECT cityHash64(toLowCardinality({p:String})) = cityHash64({p:String})",
+        {"p": "0123456789abcdef01234567"},
+    )[0][0]
+    assert same == 1
+
+
+def test_retention_in_cluster_mode_alters_the_local_tables():
+    from tally.storage.migrate import RETENTION_COLUMNS, retention_statements
+
+    statements = retention_statements({}, 30, "tally", "c")
+    assert len(statements) == len(RETENTION_COLUMNS)
+    assert statements[0] == (
+        "ALTER TABLE tally.events_local ON CLUSTER c MODIFY TTL "
+        "toDateTime(occurred_at) + toIntervalDay(30)"
+    )
+    current = {
+        f"{t}_local": f"MergeTree TTL {c} + toIntervalDay(30)" for t, c in RETENTION_COLUMNS.items()
+    }
+    assert retention_statements(current, 30, "tally", "c") == []
+    assert all(
+        s.endswith("ON CLUSTER c REMOVE TTL")
+        for s in retention_statements(current, 0, "tally", "c")
+    )

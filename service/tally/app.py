@@ -88,7 +88,9 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
         state = app.state
         target = parse_url(settings.storage_url, settings.clickhouse_database)
         log.info("storage: %s", target.description)
-        storage = await asyncio.to_thread(Storage, target, settings.clickhouse_pool_size)
+        storage = await asyncio.to_thread(
+            Storage, target, settings.clickhouse_pool_size, settings.clickhouse_cluster
+        )
         if migrate:
             await asyncio.to_thread(apply_schema, storage, settings.retention_days)
         store = ProjectStore(storage)

@@ -39,7 +39,7 @@ def migrate(quiet: bool) -> None:
     except ValueError as exc:
         raise SystemExit(f"tally: invalid TALLY_CLICKHOUSE_URL: {exc}") from None
     try:
-        storage = Storage(target, pool_size=1)
+        storage = Storage(target, pool_size=1, cluster=settings.clickhouse_cluster)
     except Exception as exc:
         raise SystemExit(f"tally: cannot reach {target.description}: {exc}") from None
     try:
@@ -58,18 +58,29 @@ def migrate(quiet: bool) -> None:
 
 @main.command()
 @click.option("--database", help="Database name to render (default: the configured one).")
-def schema(database: str | None) -> None:
+@click.option(
+    "--cluster",
+    help="Render for this ClickHouse cluster: ON CLUSTER, replicated local tables behind "
+    "Distributed ones (default: TALLY_CLICKHOUSE_CLUSTER; empty for one node).",
+)
+def schema(database: str | None, cluster: str | None) -> None:
     """Print the DDL that `tally migrate` runs, for review."""
     from .storage.client import parse_url
-    from .storage.migrate import MIGRATIONS_TABLE, load_migrations
+    from .storage.migrate import database_statement, load_migrations, migrations_table
 
     settings = load_settings()
     name = database or parse_url(settings.storage_url, settings.clickhouse_database).database
-    click.echo(f"CREATE DATABASE IF NOT EXISTS {name};\n")
-    click.echo(MIGRATIONS_TABLE.replace("${db}", name).strip() + ";\n")
-    for migration in load_migrations():
-        click.echo(f"-- {migration.name}")
-        for statement in migration.statements(name):
+    cluster = settings.clickhouse_cluster if cluster is None else cluster
+    try:
+        ddl = [database_statement(name, cluster), migrations_table(name, cluster)]
+        migrations = [(m.name, m.statements(name, cluster)) for m in load_migrations()]
+    except ValueError as exc:
+        raise SystemExit(f"tally: {exc}") from None
+    for statement in ddl:
+        click.echo(statement.strip() + ";\n")
+    for migration, statements in migrations:
+        click.echo(f"-- {migration}")
+        for statement in statements:
             click.echo(statement.strip() + ";\n")
 
 
@@ -77,8 +88,15 @@ def schema(database: str | None) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True, type=int)
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(min=1))
-def serve(host: str, port: int, workers: int) -> None:
-    """Run the HTTP API under granian (applies the schema first)."""
+@click.option(
+    "--migrate/--no-migrate",
+    default=True,
+    show_default=True,
+    help="Apply the schema before serving. Deployments that run `tally migrate` as a step of "
+    "their own (Compose, a Kubernetes Job) pass --no-migrate.",
+)
+def serve(host: str, port: int, workers: int, migrate: bool) -> None:
+    """Run the HTTP API under granian (applies the schema first, unless --no-migrate)."""
     from granian import Granian
     from granian.constants import Interfaces
     from granian.http import HTTP1Settings
@@ -100,9 +118,10 @@ def serve(host: str, port: int, workers: int) -> None:
     # The schema is applied by a child process, so that this one never holds the embedded
     # engine that the worker is about to open.
     env = {**os.environ, **settings_to_env(settings)}
-    done = subprocess.run([sys.executable, "-m", "tally", "migrate", "--quiet"], env=env)
-    if done.returncode != 0:
-        raise SystemExit("tally: not starting, the schema could not be applied (see above)")
+    if migrate:
+        done = subprocess.run([sys.executable, "-m", "tally", "migrate", "--quiet"], env=env)
+        if done.returncode != 0:
+            raise SystemExit("tally: not starting, the schema could not be applied (see above)")
     os.environ.update(settings_to_env(settings))
     server = Granian(
         "tally.app:app_factory",

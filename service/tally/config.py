@@ -7,6 +7,7 @@ build their own :class:`Settings` directly.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ import msgspec
 from dotenv import dotenv_values
 
 ENV_PREFIX = "TALLY_"
+# Cluster names reach DDL as bare identifiers (ON CLUSTER name), so they are checked.
+CLUSTER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 DEV_SECRET_FILE = "dev-jwt-secret"
 
 
@@ -26,6 +29,9 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     clickhouse_url: str = ""
     # Database used when the URL does not name one (embedded URLs may add ``?database=``).
     clickhouse_database: str = "tally"
+    # Name of a ClickHouse cluster (its ``remote_servers`` entry): the schema is created
+    # ``ON CLUSTER`` as replicated local tables behind Distributed ones. Needs a server URL.
+    clickhouse_cluster: str = ""
     # Days of events and rollups to keep (a ClickHouse TTL applied by migrate); 0 keeps all.
     retention_days: int = 0
     # Clients in the pool: dashboard queries run concurrently on separate clients.
@@ -139,6 +145,17 @@ def load_settings(
         settings = msgspec.convert(raw, Settings, strict=False)
     except msgspec.ValidationError as exc:
         raise SystemExit(f"tally: invalid configuration: {exc}") from None
+    if settings.clickhouse_cluster and not CLUSTER_NAME.match(settings.clickhouse_cluster):
+        raise SystemExit(
+            "tally: invalid configuration: TALLY_CLICKHOUSE_CLUSTER must be a plain identifier "
+            f"(letters, digits, underscore), got {settings.clickhouse_cluster!r}"
+        )
+    if settings.clickhouse_cluster and settings.embedded:
+        raise SystemExit(
+            "tally: invalid configuration: TALLY_CLICKHOUSE_CLUSTER needs a ClickHouse server; "
+            "the embedded engine (chdb://, the default TALLY_CLICKHOUSE_URL) has no cluster. "
+            "Point TALLY_CLICKHOUSE_URL at a node of the cluster (http(s)://user:pw@host:port/db)."
+        )
     # Resolve the data folder now, so that workers started elsewhere agree on it.
     return msgspec.structs.replace(settings, data_dir=str(settings.data_path))
 

@@ -28,6 +28,23 @@ _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 # would only add latency, and its acknowledgement must mean "stored".
 SESSION_SETTINGS: dict[str, Any] = {"async_insert": 0}
 
+# Added in cluster mode, where Tally's tables are Distributed tables over replicated local ones.
+CLUSTER_SETTINGS: dict[str, Any] = {
+    # An INSERT into a Distributed table returns only once every shard it touches has stored its
+    # rows (formerly ``insert_distributed_sync``). The default, a background queue on the node
+    # that received it, would let Tally acknowledge events that sit in a local spool and are lost
+    # with that node's disk; it would also make a new project or key invisible for a moment.
+    "distributed_foreground_insert": 1,
+    # Every query of the service names its project, and tables are sharded by project: ask only
+    # the shard that holds it rather than all of them.
+    "optimize_skip_unused_shards": 1,
+}
+
+
+def session_settings(cluster: str = "") -> dict[str, Any]:
+    """The settings of every call, for one node (``cluster=""``) or a cluster."""
+    return {**SESSION_SETTINGS, **CLUSTER_SETTINGS} if cluster else dict(SESSION_SETTINGS)
+
 
 class StorageUnavailable(Exception):
     """ClickHouse could not be reached or failed to run a statement; the caller may retry."""
@@ -100,12 +117,12 @@ def parse_url(url: str, default_database: str = "tally") -> Target:
     return target
 
 
-def connect(target: Target, database: str | None = None) -> Client:
+def connect(target: Target, database: str | None = None, cluster: str = "") -> Client:
     """One clickhouse-connect client. ``database=""`` connects without selecting one."""
     db = target.database if database is None else database
     if target.kind == "chdb":
         client = clickhouse_connect.get_client(
-            dsn=f"chdb://{target.path}", settings=dict(SESSION_SETTINGS)
+            dsn=f"chdb://{target.path}", settings=session_settings(cluster)
         )
         if db:
             client.command(f"CREATE DATABASE IF NOT EXISTS {db}")
@@ -118,7 +135,7 @@ def connect(target: Target, database: str | None = None) -> Client:
         password=target.password,
         secure=target.secure,
         database=db or "default",
-        settings=dict(SESSION_SETTINGS),
+        settings=session_settings(cluster),
         connect_timeout=5,
         send_receive_timeout=60,
         autogenerate_session_id=False,
@@ -132,9 +149,11 @@ class Storage:
     holding several: each thread borrows one for the length of a call.
     """
 
-    def __init__(self, target: Target, pool_size: int = 4) -> None:
+    def __init__(self, target: Target, pool_size: int = 4, cluster: str = "") -> None:
         self.target = target
         self.database = target.database
+        # The ClickHouse cluster the schema lives on ("" on one node): see storage/migrate.py.
+        self.cluster = cluster
         self._pool: queue.LifoQueue[Client] = queue.LifoQueue()
         self._clients: list[Client] = []
         first = connect(target, database="")
@@ -143,7 +162,7 @@ class Storage:
         finally:
             first.close()
         for _ in range(max(1, pool_size)):
-            client = connect(target)
+            client = connect(target, cluster=cluster)
             self._clients.append(client)
             self._pool.put(client)
 

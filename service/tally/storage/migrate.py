@@ -2,17 +2,32 @@
 
 Each file is idempotent on its own (``IF NOT EXISTS``), and the record lets ``tally migrate``
 report what is new. Applying everything twice changes nothing.
+
+The same files serve one node (embedded engine or a ClickHouse server) and a cluster. On one
+node they run as written, ``${db}`` replaced by the database. On a cluster (``cluster`` names a
+``remote_servers`` entry) each statement is rendered for it, ``ON CLUSTER``:
+
+- a table ``T`` becomes ``T_local``, a ``Replicated*MergeTree`` on every node (one replica set
+  per shard, path ``/clickhouse/tables/{shard}/{database}/T_local``), plus ``T`` itself, a
+  ``Distributed`` table over ``T_local`` sharded by :data:`SHARDING_KEYS`. The service and
+  analysts keep using the names they know; no query changes.
+- a materialized view reads ``events_local`` and writes ``<rollup>_local`` on the node that
+  stored the events, so rollups live on the shard of their events.
+- ``schema_migrations`` is one replicated table with a replica on every node (no ``{shard}`` in
+  its path), so the record is the same whichever node ``tally migrate`` talks to.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from string import Template
 
+from ..config import CLUSTER_NAME
 from .client import Storage
 
 log = logging.getLogger("tally.migrate")
@@ -30,6 +45,111 @@ ORDER BY version
 """
 
 
+# Cluster mode: the Distributed table of each storage table sends a row to the shard this picks.
+# All rows of a project land on one shard (its dashboard is that shard's work alone, and
+# ``optimize_skip_unused_shards`` asks only that shard), and all versions of a project or a key
+# land together, so ``FINAL`` and ``argMax`` see every version. Rollups are written by views on
+# the shard of their events, so their key must equal that of ``events``: reads use it to find
+# the shard. ``projects`` is keyed by its id, which is the ``project_id`` of everything else.
+PROJECT_SHARD = "cityHash64(project_id)"
+SHARDING_KEYS: dict[str, str] = {
+    "events": PROJECT_SHARD,
+    "events_daily": PROJECT_SHARD,
+    "events_hourly": PROJECT_SHARD,
+    "paths_daily": PROJECT_SHARD,
+    "referrers_daily": PROJECT_SHARD,
+    "clients_daily": PROJECT_SHARD,
+    "visitors_daily": PROJECT_SHARD,
+    "sessions_daily": PROJECT_SHARD,
+    "projects": "cityHash64(id)",
+    "api_keys": PROJECT_SHARD,
+    "api_key_usage": PROJECT_SHARD,
+}
+LOCAL_SUFFIX = "_local"
+
+_CREATE_TABLE = re.compile(r"\ACREATE TABLE IF NOT EXISTS \$\{db\}\.(\w+)\n")
+_CREATE_VIEW = re.compile(r"\ACREATE MATERIALIZED VIEW IF NOT EXISTS \$\{db\}\.(\w+) TO ")
+_ENGINE = re.compile(r"^ENGINE = (\w*)MergeTree(?:\((.*)\))?$", re.MULTILINE)
+_TABLE_REF = re.compile(r"\$\{db\}\.(\w+)")
+
+
+def _check_cluster(cluster: str) -> None:
+    if not CLUSTER_NAME.match(cluster):
+        raise ValueError(f"invalid cluster name {cluster!r}: letters, digits and underscore only")
+
+
+def _replicated(statement: str, path: str, replica: str) -> str:
+    """``ENGINE = XMergeTree(args)`` as ``ENGINE = ReplicatedXMergeTree(path, replica, args)``."""
+
+    def engine(match: re.Match[str]) -> str:
+        args = [f"'{path}'", f"'{replica}'", *([match[2]] if match[2] else [])]
+        return f"ENGINE = Replicated{match[1]}MergeTree({', '.join(args)})"
+
+    rendered, count = _ENGINE.subn(engine, statement)
+    if count != 1:
+        raise ValueError(f"expected one MergeTree engine in: {statement.splitlines()[0]}")
+    # Replicated tables deduplicate retried inserts through Keeper, by this window.
+    return rendered.replace(
+        "non_replicated_deduplication_window", "replicated_deduplication_window"
+    )
+
+
+def render_for_cluster(statement: str, cluster: str) -> list[str]:
+    """One statement of ``schema/`` (``${db}`` still in it) as the statements of cluster mode."""
+    _check_cluster(cluster)
+    lines = statement.strip().splitlines()
+    while lines and lines[0].lstrip().startswith("--"):  # its heading comment
+        lines.pop(0)
+    statement = "\n".join(lines).strip()
+    if table := _CREATE_TABLE.match(statement):
+        name = table[1]
+        if name not in SHARDING_KEYS:
+            raise ValueError(f"table {name} has no sharding key: add it to SHARDING_KEYS")
+        local = name + LOCAL_SUFFIX
+        head = f"CREATE TABLE IF NOT EXISTS ${{db}}.{local} ON CLUSTER {cluster}\n"
+        local_table = _replicated(
+            head + statement[table.end() :],
+            path=f"/clickhouse/tables/{{shard}}/{{database}}/{local}",
+            replica="{replica}",
+        )
+        distributed = (
+            f"CREATE TABLE IF NOT EXISTS ${{db}}.{name} ON CLUSTER {cluster} AS ${{db}}.{local}\n"
+            f"ENGINE = Distributed({cluster}, ${{db}}, {local}, {SHARDING_KEYS[name]})"
+        )
+        return [local_table, distributed]
+    if view := _CREATE_VIEW.match(statement):
+
+        def local_ref(ref: re.Match[str]) -> str:
+            if ref[1] not in SHARDING_KEYS:
+                raise ValueError(f"view {view[1]} uses {ref[1]}, which is not a storage table")
+            return f"${{db}}.{ref[1]}{LOCAL_SUFFIX}"
+
+        head = f"CREATE MATERIALIZED VIEW IF NOT EXISTS ${{db}}.{view[1]} ON CLUSTER {cluster} TO "
+        return [head + _TABLE_REF.sub(local_ref, statement[view.end() :])]
+    raise ValueError(
+        "cluster mode does not know how to render this statement; teach "
+        f"tally/storage/migrate.py: {statement.splitlines()[0]}"
+    )
+
+
+def split_statements(sql: str) -> list[str]:
+    """The statements of a schema file: separated by lines ending in ``;``, leading comments
+    dropped."""
+    out: list[str] = []
+    current: list[str] = []
+    for line in sql.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("--") and not current:
+            continue
+        current.append(line)
+        if stripped.endswith(";"):
+            out.append("\n".join(current).rstrip().rstrip(";"))
+            current = []
+    if "".join(current).strip():
+        out.append("\n".join(current))
+    return out
+
+
 @dataclass(frozen=True)
 class Migration:
     version: int
@@ -40,22 +160,33 @@ class Migration:
     def checksum(self) -> str:
         return hashlib.sha256(self.sql.encode()).hexdigest()[:16]
 
-    def statements(self, database: str) -> list[str]:
-        """The file's statements, with ``${db}`` replaced by the database name."""
-        rendered = Template(self.sql).substitute(db=database)
-        out: list[str] = []
-        current: list[str] = []
-        for line in rendered.splitlines():
-            stripped = line.strip()
-            if stripped.startswith("--") and not current:
-                continue
-            current.append(line)
-            if stripped.endswith(";"):
-                out.append("\n".join(current).rstrip().rstrip(";"))
-                current = []
-        if "".join(current).strip():
-            out.append("\n".join(current))
-        return out
+    def statements(self, database: str, cluster: str = "") -> list[str]:
+        """The file's statements for ``database``, rendered for ``cluster`` when one is named."""
+        statements = split_statements(self.sql)
+        if cluster:
+            statements = [out for s in statements for out in render_for_cluster(s, cluster)]
+        return [Template(s).substitute(db=database) for s in statements]
+
+
+def database_statement(database: str, cluster: str = "") -> str:
+    if cluster:
+        _check_cluster(cluster)
+        return f"CREATE DATABASE IF NOT EXISTS {database} ON CLUSTER {cluster}"
+    return f"CREATE DATABASE IF NOT EXISTS {database}"
+
+
+def migrations_table(database: str, cluster: str = "") -> str:
+    """The ``schema_migrations`` DDL; on a cluster one replicated table with a replica per node."""
+    sql = MIGRATIONS_TABLE
+    if cluster:
+        _check_cluster(cluster)
+        sql = sql.replace(".schema_migrations\n", f".schema_migrations ON CLUSTER {cluster}\n", 1)
+        # No {shard} in the path: every node of every shard is a replica of this one table,
+        # and the replica name carries the shard so that it is unique across the cluster.
+        sql = _replicated(
+            sql, path="/clickhouse/tables/{database}/schema_migrations", replica="{shard}-{replica}"
+        )
+    return Template(sql).substitute(db=database)
 
 
 def schema_dir() -> Path:
@@ -98,29 +229,48 @@ RETENTION_COLUMNS: dict[str, str] = {
 }
 
 
+def retention_statements(
+    engines: dict[str, str], days: int, database: str, cluster: str = ""
+) -> list[str]:
+    """The ALTERs that bring the TTL of events and rollups to ``days`` (0: none), given each
+    table's current ``engine_full``. On a cluster the TTL belongs to the local tables."""
+    out: list[str] = []
+    for table, column in RETENTION_COLUMNS.items():
+        name = table + LOCAL_SUFFIX if cluster else table
+        on_cluster = f" ON CLUSTER {cluster}" if cluster else ""
+        engine = engines.get(name, "")
+        wanted = f"{column} + toIntervalDay({days})"
+        if days > 0 and f"TTL {wanted}" not in engine:
+            out.append(f"ALTER TABLE {database}.{name}{on_cluster} MODIFY TTL {wanted}")
+        elif days <= 0 and " TTL " in engine:
+            out.append(f"ALTER TABLE {database}.{name}{on_cluster} REMOVE TTL")
+    return out
+
+
 def apply_retention(storage: Storage, days: int) -> None:
     """Keep ``days`` days of events and rollups (0: keep everything). Safe to repeat or change."""
     rows = storage.query(
         "SELECT name, engine_full FROM system.tables WHERE database = {db:String}",
         {"db": storage.database},
     )
-    engines = dict(rows)
-    for table, column in RETENTION_COLUMNS.items():
-        engine = engines.get(table, "")
-        wanted = f"{column} + toIntervalDay({days})"
-        if days > 0 and f"TTL {wanted}" not in engine:
-            storage.command(f"ALTER TABLE {storage.database}.{table} MODIFY TTL {wanted}")
-        elif days <= 0 and " TTL " in engine:
-            storage.command(f"ALTER TABLE {storage.database}.{table} REMOVE TTL")
+    for statement in retention_statements(dict(rows), days, storage.database, storage.cluster):
+        storage.command(statement)
 
 
 def migrate(storage: Storage, retention_days: int = 0) -> list[str]:
-    """Apply every migration and the retention TTL; return the migrations new to this database."""
-    storage.command(Template(MIGRATIONS_TABLE).substitute(db=storage.database))
+    """Apply every migration and the retention TTL; return the migrations new to this database.
+
+    With ``storage.cluster`` set, everything is created on every node of that cluster.
+    """
+    cluster = storage.cluster
+    if cluster:
+        # The node we talk to has the database already (Storage creates it); the others too now.
+        storage.command(database_statement(storage.database, cluster))
+    storage.command(migrations_table(storage.database, cluster))
     before = applied_versions(storage)
     new: list[str] = []
     for migration in load_migrations():
-        for statement in migration.statements(storage.database):
+        for statement in migration.statements(storage.database, cluster):
             storage.command(statement)
         if before.get(migration.version) != migration.checksum:
             storage.insert(

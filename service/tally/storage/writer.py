@@ -51,6 +51,9 @@ EVENT_COLUMNS: tuple[str, ...] = (
     "key_id",
 )
 
+# In cluster mode the session adds storage.client.CLUSTER_SETTINGS to these: the INSERT into the
+# Distributed ``events`` returns only once every shard stored its rows, and the token below
+# reaches each shard's replicated tables, so a retry is deduplicated there.
 INSERT_SETTINGS: dict[str, Any] = {
     "async_insert": 0,
     "insert_deduplicate": 1,
