@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import re
 from importlib import resources
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,15 @@ def test_tracker_is_small():
     source = WEB.joinpath("tally.js").read_bytes()
     size = len(gzip.compress(source, compresslevel=9))
     assert size < 3072, f"tally.js is {size} bytes gzipped"
+
+
+def test_readme_states_the_tracker_size():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    size = len(gzip.compress(WEB.joinpath("tally.js").read_bytes(), compresslevel=9))
+    stated = re.search(r"tally\.js` is ([\d,]+) bytes gzipped", readme)
+    assert stated, "README should say: tally.js` is N bytes gzipped"
+    # Within 64 bytes: small edits need not touch the README, a rewrite must.
+    assert abs(int(stated.group(1).replace(",", "")) - size) <= 64
 
 
 def test_tracker_script_can_be_embedded_by_any_site(client):

@@ -128,13 +128,12 @@ class Site:
         self.url = f"http://127.0.0.1:{self.server.server_port}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def add(
-        self, path: str, tally: str, key: str, attrs: str = "", title: str = "Test shop"
-    ) -> str:
-        """Serve a page with the snippet at ``path``; its URL."""
+    def add(self, path: str, tally: str, key: str, attrs: str = "", head: str = "") -> str:
+        """Serve a page with the snippet (after ``head``) at ``path``; its URL."""
+        title = "Test shop"
         self.pages[path] = (
             f'<!doctype html><html><head><meta charset="utf-8"><title>{title}</title>'
-            '<link rel="icon" href="data:,">'
+            f'<link rel="icon" href="data:,">{head}'
             f'<script src="{tally}/tally.js" data-api-key="{key}" {attrs} defer></script>'
             f"</head><body><h1>{title}</h1></body></html>"
         )
@@ -448,6 +447,30 @@ def test_cookieless_mode_keeps_nothing_on_the_device(tally, site, browser, watch
     # Ids live in memory only: each page load is a new visitor.
     assert first["visitorId"] != second["visitorId"] and first["sessionId"] != second["sessionId"]
     wait_until(lambda: dashboard(tally, user, project_id)["summary"]["pageviews"] == 2, "pageviews")
+    context.close()
+    watch.assert_clean()
+
+
+def test_calls_made_before_the_script_loaded_are_sent(tally, site, browser, watch):
+    """The README's stub queues tally.track() calls until the deferred script runs."""
+    user = f"owner-{uuid.uuid4().hex[:8]}"
+    project_id, key = new_project(tally, user, "Early")
+    stub = (
+        "<script>window.tally = window.tally || {q: [], track() { this.q.push(arguments) }};"
+        "tally.track('early', {step: 1})</script>"
+    )
+    url = site.add("/early/", tally, key, head=stub)
+    context = browser.new_context()
+    wire = Wire(context)
+    page = watch(context.new_page())
+    with page.expect_response(is_collect):
+        page.goto(url)
+    assert [(e["name"], e.get("metadata")) for e in wire.events()] == [
+        ("pageview", {"viewportWidth": 1280, "viewportHeight": 720, "pageTitle": "Test shop"}),
+        ("early", {"step": 1}),
+    ]
+    expected = {"pageview": 1, "early": 1}
+    wait_until(lambda: counts(dashboard(tally, user, project_id)) == expected, "the events")
     context.close()
     watch.assert_clean()
 
