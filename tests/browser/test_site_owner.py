@@ -236,6 +236,16 @@ class Wire:
     def events(self) -> list[dict[str, Any]]:
         return [e for batch in self.batches() for e in batch]
 
+    def wait_for(self, page: Any, name: str, timeout: float = 15) -> dict[str, Any]:
+        """The first event called ``name`` on the wire, once there (the page pumps events)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = [e for e in self.events() if e["name"] == name]
+            if found:
+                return found[0]
+            assert time.monotonic() < deadline, f"no {name} event was sent"
+            page.wait_for_timeout(100)
+
 
 def table_rows(page: Any, table: str) -> list[list[str]]:
     """The cells of a table on the page, by its data-testid (or a CSS selector)."""
@@ -505,7 +515,9 @@ def test_opt_out_and_do_not_track_send_nothing(tally, site, browser, watch):
     page.evaluate("tally.optOut(); tally.track('while-out')")
     assert page.evaluate("localStorage.getItem('tally_optout')") == "1"
     page.evaluate("tally.optIn(); tally.track('back-in')")
-    page.wait_for_timeout(2500)  # the tracker sends a second after an event (and events arrive)
+    live_wire.wait_for(page, "back-in")
+    wires["dnt"].wait_for(page, "click")
+    page.wait_for_timeout(1000)  # anything the other pages were to send has been sent by now
 
     assert wires["opted_out"].requests == []
     assert [e["name"] for e in wires["dnt"].events()] == ["pageview", "click"]  # the plain page
@@ -569,13 +581,13 @@ def test_batches_retries_idle_sessions_and_beacons(tally, site, browser, watch):
         "localStorage.setItem('tally_sid', [id, start, Date.now() - 29 * 60000].join('.'));"
         "tally.track('after-29-minutes')"
     )
-    page.wait_for_timeout(1500)
+    wire.wait_for(page, "after-29-minutes")
     page.evaluate(
         "const [id, start] = localStorage.getItem('tally_sid').split('.');"
         "localStorage.setItem('tally_sid', [id, start, Date.now() - 31 * 60000].join('.'));"
         "tally.track('after-31-minutes')"
     )
-    page.wait_for_timeout(1500)
+    wire.wait_for(page, "after-31-minutes")
     by_name = {e["name"]: e for e in wire.events()}
     assert by_name["after-29-minutes"]["sessionId"] == session
     new_session = by_name["after-31-minutes"]["sessionId"]
