@@ -25,6 +25,7 @@ from .domain.privacy import IpHasher
 from .http.auth import SessionVerifier
 from .http.controllers import ProjectController, collect, dashboard, health
 from .http.errors import EXCEPTION_HANDLERS
+from .http.pages import PAGE_HANDLERS, WebFiles
 from .http.ratelimit import RateLimits
 from .http.schemas import CLOSED_BODIES
 from .http.timeouts import body_deadline
@@ -59,7 +60,8 @@ CORS = CORSConfig(
 )
 
 
-# Sent with every response, errors included: an API has nothing to frame, sniff or cache.
+# Sent with every response, errors included: an API has nothing to frame, sniff or cache. The
+# page routes (http/pages.py) set their own Content-Security-Policy and Cache-Control.
 SECURITY_HEADERS = [
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),
@@ -134,10 +136,11 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
             "sessions": SessionVerifier(settings),
             "limits": RateLimits(settings),
             "hash_ip": IpHasher(settings) if settings.ip_privacy == "hash" else str,
+            "web_files": WebFiles(),
         }
     )
     app = Litestar(
-        route_handlers=[ProjectController, collect, dashboard, health],
+        route_handlers=[ProjectController, collect, dashboard, health, *PAGE_HANDLERS],
         state=state,
         lifespan=[lifespan],
         exception_handlers=EXCEPTION_HANDLERS,

@@ -1,0 +1,194 @@
+/*! Tally tracker. <script src="https://YOUR-TALLY/tally.js" data-api-key="tk_..." defer></script>
+ * Attributes: data-endpoint (collect URL), data-cookieless (store nothing on the device),
+ * data-respect-dnt (send nothing under Do-Not-Track). API: tally.track(name, metadata),
+ * tally.optOut(), tally.optIn(). Plain ES2017, no dependencies, no cookies. */
+((w, d, nav) => {
+  'use strict';
+  const s = d.currentScript || d.querySelector('script[data-api-key]');
+  const prev = w.tally;
+  if (!s || (prev && prev.loaded)) return;
+  const has = (n) => s.hasAttribute('data-' + n);
+  const key = s.getAttribute('data-api-key') || '';
+  const base = s.getAttribute('data-endpoint') || new URL('/api/collect', s.src || location.href).href;
+  // text/plain with the key in the query: a "simple" request, so no CORS preflight, and the same
+  // form works for fetch (keepalive) and for sendBeacon on unload.
+  const url = base + (base.indexOf('?') < 0 ? '?' : '&') + 'apiKey=' + encodeURIComponent(key);
+  const cookieless = has('cookieless');
+  const IDLE = 18e5; // a session ends after 30 minutes without events
+  const BATCH = 100;
+  const mem = {};
+  const raw = (k) => {
+    try {
+      return w.localStorage.getItem(k);
+    } catch (e) {
+      return null;
+    }
+  };
+  // Ids live in localStorage, or only in memory (cookieless mode, or storage unavailable).
+  const get = (k) => (!cookieless && raw(k)) || mem[k];
+  const set = (k, v) => {
+    mem[k] = v;
+    if (!cookieless) {
+      try {
+        w.localStorage.setItem(k, v);
+      } catch (e) {}
+    }
+  };
+  const off = () =>
+    raw('tally_optout') === '1' ||
+    (has('respect-dnt') && [nav.doNotTrack, w.doNotTrack, nav.msDoNotTrack].some((v) => v == '1' || v == 'yes'));
+  const rid = () => {
+    const a = new Uint8Array(16);
+    if (w.crypto && crypto.getRandomValues) crypto.getRandomValues(a);
+    else for (let i = 0; i < 16; i++) a[i] = Math.random() * 256;
+    return Array.from(a, (b) => (b + 256).toString(16).slice(1)).join('');
+  };
+  // "id.start.last": the session id, its start and its latest event, in ms.
+  const current = () => {
+    const [id, start, last] = (get('tally_sid') || '').split('.');
+    return id && Date.now() - last <= IDLE ? [id, +start] : null;
+  };
+  const session = () => {
+    const [id, start] = current() || [rid(), Date.now()];
+    set('tally_sid', [id, start, Date.now()].join('.'));
+    return id;
+  };
+  const visitor = () => get('tally_vid') || (set('tally_vid', rid()), get('tally_vid'));
+  const clean = (m) => {
+    if (!m || typeof m != 'object') return;
+    const o = {};
+    let n = 0;
+    for (const k of Object.keys(m)) {
+      let v = m[k];
+      const t = typeof v;
+      if (n >= 50 || !k || k.length > 100) continue;
+      if (t == 'string') v = v.slice(0, 1024);
+      else if (t == 'number') v = isFinite(v) ? v : null;
+      else if (t != 'boolean' && v !== null) continue;
+      o[k] = v;
+      n++;
+    }
+    return n ? o : undefined;
+  };
+
+  let queue = [];
+  let timer = 0;
+  let busy = false;
+  let tries = 0;
+  const schedule = (ms) => {
+    if (!timer) timer = setTimeout(flush, ms);
+  };
+  const flush = async () => {
+    timer = 0;
+    if (busy) return schedule(500);
+    if (!queue.length) return;
+    busy = true;
+    const batch = queue.splice(0, BATCH);
+    const body = JSON.stringify({ events: batch });
+    let status = 0;
+    try {
+      // keepalive lets a batch in flight finish when the page unloads (bodies up to 64 KiB).
+      status = (await fetch(url, { method: 'POST', body, keepalive: body.length < 6e4, credentials: 'omit' })).status;
+    } catch (e) {}
+    busy = false;
+    if (!status || status == 408 || status == 429 || status >= 500) {
+      // Not stored: retry with exponential backoff (1 s doubling to a minute, jittered).
+      queue = batch.concat(queue).slice(-1000);
+      tries++;
+      return schedule(Math.min(6e4, 500 * 2 ** tries) * (0.5 + Math.random() / 2));
+    }
+    if (status >= 400 && w.console) console.warn('tally: events refused (' + status + ')');
+    tries = 0;
+    if (queue.length) schedule(0);
+  };
+  // On hide or unload the queue leaves by sendBeacon, which the browser delivers after the page is gone.
+  const beacon = () => {
+    clearTimeout(timer);
+    timer = 0;
+    while (queue.length && nav.sendBeacon) {
+      const batch = queue.slice(0, BATCH);
+      if (!nav.sendBeacon(url, JSON.stringify({ events: batch }))) break;
+      queue.splice(0, batch.length);
+    }
+  };
+  const add = (name, metadata, extra) => {
+    if (off()) return;
+    queue.push(
+      Object.assign(
+        {
+          name,
+          path: location.pathname.slice(0, 2048),
+          url: location.href.slice(0, 4096),
+          sessionId: session(),
+          visitorId: visitor(),
+          metadata,
+        },
+        extra
+      )
+    );
+    schedule(1000);
+  };
+
+  let last;
+  const pageview = () => {
+    const p = location.pathname + location.search;
+    if (p === last) return;
+    let referrer;
+    if (last === undefined && d.referrer) {
+      try {
+        if (new URL(d.referrer).host != location.host) referrer = d.referrer.slice(0, 4096);
+      } catch (e) {}
+    }
+    last = p;
+    add(
+      'pageview',
+      { viewportWidth: w.innerWidth, viewportHeight: w.innerHeight, pageTitle: d.title.slice(0, 1024) },
+      { referrer }
+    );
+  };
+  // SPA navigation: after pushState/replaceState/popstate, once the app had a moment to set the title.
+  const later = () => setTimeout(pageview, 100);
+  for (const m of ['pushState', 'replaceState']) {
+    const orig = history[m];
+    history[m] = function () {
+      const r = orig.apply(this, arguments);
+      later();
+      return r;
+    };
+  }
+  w.addEventListener('popstate', later);
+
+  let ended = false;
+  const hide = () => {
+    if (ended) return;
+    ended = true;
+    const now = current();
+    if (now) add('session_end', { durationMs: Date.now() - now[1] });
+    beacon();
+  };
+  d.addEventListener('visibilitychange', () => (d.visibilityState == 'hidden' ? hide() : (ended = false)));
+  w.addEventListener('pagehide', hide);
+  w.addEventListener('pageshow', () => (ended = false));
+
+  const api = (w.tally = {
+    loaded: true,
+    track(name, metadata) {
+      name = String(name == null ? '' : name).slice(0, 100);
+      if (name) add(name, clean(metadata));
+    },
+    optOut() {
+      try {
+        w.localStorage.setItem('tally_optout', '1');
+      } catch (e) {}
+      queue = [];
+    },
+    optIn() {
+      try {
+        w.localStorage.removeItem('tally_optout');
+      } catch (e) {}
+    },
+  });
+  pageview();
+  // Calls made before the script loaded, through the stub `tally.q`.
+  for (const a of (prev && prev.q) || []) api.track.apply(api, a);
+})(window, document, navigator);
