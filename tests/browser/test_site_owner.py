@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -28,7 +26,8 @@ import httpx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from conftest import JWT_SECRET, token
+from conftest import token
+from served import Server
 from test_cli import free_port
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -70,35 +69,11 @@ FAILED_LOAD = "Failed to load resource: the server responded with a status of {}
 @pytest.fixture(scope="module")
 def tally(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real `tally serve` on embedded storage; its URL."""
-    data = tmp_path_factory.mktemp("browser-serve")
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TALLY_")}
-    env.update(TALLY_DATA_DIR=str(data), TALLY_JWT_SECRET=JWT_SECRET, TALLY_LOG_LEVEL="WARNING")
-    log_path = data / "serve.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tally", "serve", "--port", str(port)],
-            cwd=data,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
+    server = Server(tmp_path_factory.mktemp("browser-serve"))
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, f"tally serve exited: {log_path.read_text()}"
-            try:
-                if httpx.get(f"{url}/api/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "tally serve did not become healthy"
-            time.sleep(0.2)
-        yield url
+        yield server.url
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+        server.stop()
 
 
 class Site:

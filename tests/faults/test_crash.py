@@ -6,8 +6,6 @@ process per folder) and checked the Jepsen way: acknowledged ⊆ stored, no dupl
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import threading
@@ -18,8 +16,8 @@ import httpx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from conftest import JWT_SECRET, token
-from test_cli import free_port
+from conftest import token
+from served import Server
 
 pytestmark = pytest.mark.slow
 
@@ -31,48 +29,6 @@ rows = client.query("SELECT JSONExtractString(metadata, 'uid') AS uid, count() "
                     "FROM tally.events GROUP BY uid").result_rows
 print(json.dumps(dict(rows)))
 """
-
-
-class Server:
-    def __init__(self, data: Path, **settings: str) -> None:
-        self.data, self.port = data, free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TALLY_")}
-        env.update(
-            TALLY_DATA_DIR=str(data),
-            TALLY_JWT_SECRET=JWT_SECRET,
-            TALLY_COLLECT_LIMIT_PER_KEY="",
-            TALLY_COLLECT_LIMIT_PER_IP="",
-            TALLY_LOG_LEVEL="WARNING",
-            TALLY_KEY_REFRESH_SECONDS="0.5",
-            **settings,
-        )
-        self.log = open(data / f"serve-{self.port}.log", "w")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tally", "serve", "--port", str(self.port)],
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + 60
-        while True:
-            assert self.proc.poll() is None, (data / self.log.name).read_text()
-            try:
-                if httpx.get(f"{self.url}/api/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "tally serve did not start"
-            time.sleep(0.2)
-
-    def kill(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGKILL)  # granian's workers too: a machine crash
-        self.proc.wait(timeout=30)
-
-    def stop(self, timeout: float = 60) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=timeout)
 
 
 def stored_ids(data: Path) -> dict[str, int]:
