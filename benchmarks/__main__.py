@@ -1,4 +1,5 @@
-"""Run Tally's benchmarks: `python -m benchmarks [--quick] [--only ingest|dashboard]`.
+"""Run Tally's benchmarks: `python -m benchmarks [--quick] [--only ingest|dashboard]
+[--clickhouse-url URL --workers N]`.
 
 Prints a table and writes benchmarks/results/latest.json (and a PNG plot of dashboard latency
 against tenant size when matplotlib is installed: `pip install ".[bench]"`).
@@ -12,7 +13,7 @@ import time
 from typing import Any
 
 from . import dashboard, ingest
-from .common import RESULTS, flatten, git_commit, machine, write_results
+from .common import RESULTS, flatten, git_commit, machine, storage_kind, write_results
 
 MODES: dict[str, dict[str, Any]] = {
     # Under three minutes on a 2-core machine.
@@ -104,7 +105,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", default="latest.json", help="file name under results/")
     parser.add_argument("--sizes", help="tenant sizes in events, comma-separated (e.g. 1000000)")
     parser.add_argument("--seconds", type=float, help="duration of each ingest run")
+    parser.add_argument(
+        "--clickhouse-url",
+        default="",
+        help="a ClickHouse server (http(s)://user:pw@host:8123) instead of the embedded engine; "
+        "each run uses its own database tally_bench_*, dropped first",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=1, help="tally serve worker processes (server URL only)"
+    )
     args = parser.parse_args(argv)
+    if args.workers > 1 and storage_kind(args.clickhouse_url) == "embedded":
+        parser.error("--workers above 1 needs --clickhouse-url: the embedded engine is one process")
     mode = dict(MODES[args.mode or "full"])
     if args.sizes:
         mode["sizes"] = [int(size) for size in args.sizes.split(",")]
@@ -114,16 +126,26 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         "mode": args.mode or "full",
         "machine": machine(),
-        "storage": "embedded",
+        "storage": storage_kind(args.clickhouse_url),
+        "workers": args.workers,
         "git_commit": git_commit(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     if args.only in (None, "ingest"):
-        results["ingest"] = ingest.run(mode["seconds"], mode["connections"])
+        results["ingest"] = ingest.run(
+            mode["seconds"], mode["connections"], args.clickhouse_url, args.workers
+        )
         results["ingest"]["connections"] = mode["connections"]
         results["ingest"]["seconds"] = mode["seconds"]
     if args.only in (None, "dashboard"):
-        results["dashboard"] = dashboard.run(mode["sizes"], mode["repeat"], mode["http_repeat"])
+        results["dashboard"] = dashboard.run(
+            mode["sizes"],
+            mode["repeat"],
+            mode["http_repeat"],
+            None,
+            args.clickhouse_url,
+            args.workers,
+        )
         for label, events in zip(results["dashboard"], mode["sizes"], strict=True):
             results["dashboard"][label]["events"] = events
     results["elapsed_s"] = round(time.monotonic() - started, 1)

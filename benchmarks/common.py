@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -77,6 +78,38 @@ def storage_kind(url: str) -> str:
     return "embedded" if not url or url.startswith("chdb:") else "server"
 
 
+def bench_url(base: str, name: str, data_dir: Path) -> str:
+    """Where one benchmark run keeps its data: a fresh embedded engine under ``data_dir`` by
+    default; with ``base`` a server URL, the database ``tally_bench_<name>`` on that server (the
+    runs never touch the database the URL names); with ``base`` a ``chdb:///path``, a folder
+    ``<path>/<name>``."""
+    if not base:
+        return f"chdb://{data_dir / 'clickhouse'}"
+    parts = urlsplit(base)
+    if parts.scheme == "chdb":
+        query = f"?{parts.query}" if parts.query else ""
+        return f"chdb://{parts.path.rstrip('/')}/{name}{query}"
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"unsupported ClickHouse URL {base!r}: use chdb:///path or http(s)://")
+    return urlunsplit(parts._replace(path=f"/tally_bench_{name}", query=""))
+
+
+def drop_bench_database(url: str) -> None:
+    """Start a server run from an empty ``tally_bench_*`` database (embedded runs start fresh)."""
+    if storage_kind(url) == "embedded":
+        return
+    from tally.storage.client import connect, parse_url
+
+    target = parse_url(url)
+    if not target.database.startswith("tally_bench_"):
+        raise ValueError(f"refusing to drop {target.database!r}: not a benchmark database")
+    client = connect(target, database="")
+    try:
+        client.command(f"DROP DATABASE IF EXISTS {target.database} SYNC")
+    finally:
+        client.close()
+
+
 class Server:
     """A real `tally serve` subprocess on a loopback port."""
 
@@ -104,8 +137,11 @@ class Server:
 
 
 @contextmanager
-def serve(data_dir: Path, clickhouse_url: str = "", **settings: str) -> Iterator[Server]:
-    """Run `tally serve` with benchmark-friendly limits until the block ends."""
+def serve(
+    data_dir: Path, clickhouse_url: str = "", workers: int = 1, **settings: str
+) -> Iterator[Server]:
+    """Run `tally serve` (``workers`` processes: a server URL allows more than one) with
+    benchmark-friendly limits until the block ends."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TALLY_")}
     env.update(
@@ -123,7 +159,7 @@ def serve(data_dir: Path, clickhouse_url: str = "", **settings: str) -> Iterator
     env.update({f"TALLY_{k.upper()}": str(v) for k, v in settings.items()})
     log = open(data_dir / f"serve-{port}.log", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tally", "serve", "--port", str(port)],
+        [sys.executable, "-m", "tally", "serve", "--port", str(port), "--workers", str(workers)],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,

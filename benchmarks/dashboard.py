@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from .common import percentile, serve
+from .common import bench_url, drop_bench_database, percentile, serve
 
 WINDOWS = (7, 30, 90)
 T0 = "{t0:DateTime64(3, 'UTC')}"
@@ -137,10 +137,18 @@ def _worker(url: str, events: int, repeat: int) -> dict[str, Any]:
 
 
 # --- orchestration ----------------------------------------------------------------------------
-def run_size(events: int, repeat: int, http_repeat: int, workdir: Path) -> dict[str, Any]:
+def run_size(
+    events: int,
+    repeat: int,
+    http_repeat: int,
+    workdir: Path,
+    clickhouse_url: str = "",
+    workers: int = 1,
+) -> dict[str, Any]:
     data = workdir / f"tenant-{events}"
     data.mkdir(parents=True, exist_ok=True)
-    url = f"chdb://{data / 'clickhouse'}"
+    url = bench_url(clickhouse_url, f"dashboard_{size_label(events).lower()}", data)
+    drop_bench_database(url)
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.dashboard", "--worker", url, str(events), str(repeat)],
         capture_output=True,
@@ -150,7 +158,10 @@ def run_size(events: int, repeat: int, http_repeat: int, workdir: Path) -> dict[
     if done.returncode != 0:
         raise RuntimeError(f"dashboard worker failed: {done.stderr[-2000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    with serve(data, url) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+    with (
+        serve(data, url, workers) as server,
+        httpx.Client(base_url=server.url, timeout=60) as client,
+    ):
         headers = server.headers("bench")
         for days in WINDOWS:
             query = {"projectId": result["tenant"], "days": days}
@@ -171,14 +182,22 @@ def run_size(events: int, repeat: int, http_repeat: int, workdir: Path) -> dict[
 
 
 def run(
-    sizes: list[int], repeat: int, http_repeat: int, workdir: Path | None = None
+    sizes: list[int],
+    repeat: int,
+    http_repeat: int,
+    workdir: Path | None = None,
+    clickhouse_url: str = "",
+    workers: int = 1,
 ) -> dict[str, Any]:
-    """Dashboard results keyed by a readable size (``1M``) and window (``90d``)."""
+    """Dashboard results keyed by a readable size (``1M``) and window (``90d``); the data lives in
+    a fresh embedded engine per size, or with ``clickhouse_url`` on that server."""
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="tally-bench-") as tmp:
         base = workdir or Path(tmp)
         for events in sizes:
-            out[size_label(events)] = run_size(events, repeat, http_repeat, base)
+            out[size_label(events)] = run_size(
+                events, repeat, http_repeat, base, clickhouse_url, workers
+            )
     labels = [size_label(n) for n in sizes]
     if len(labels) >= 2:
         for days in WINDOWS:

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from .common import lost_events, serve
+from .common import bench_url, drop_bench_database, lost_events, serve
 
 LUA = Path(__file__).resolve().parent / "lua" / "collect.lua"
 SHAPES = {"batch": 100, "single": 1}
@@ -73,13 +73,22 @@ def stored_events(server_url: str, project_id: str, headers: dict[str, str]) -> 
 
 
 def measure(
-    shape: str, seconds: float, connections: int, noop: bool, workdir: Path
+    shape: str,
+    seconds: float,
+    connections: int,
+    noop: bool,
+    workdir: Path,
+    clickhouse_url: str = "",
+    workers: int = 1,
 ) -> dict[str, Any]:
     per_request = SHAPES[shape]
-    data = workdir / f"{shape}-{'noop' if noop else 'real'}"
+    name = f"ingest_{shape}_{'noop' if noop else 'real'}"
+    data = workdir / name
     data.mkdir(parents=True)
+    url = bench_url(clickhouse_url, name, data)
+    drop_bench_database(url)
     settings = {"bench_noop_storage": "true"} if noop else {}
-    with serve(data, **settings) as server:
+    with serve(data, url, workers, **settings) as server:
         project_id, key = server.new_project()
         drive(server.url, key, per_request, connections, 1)  # warm-up, not counted
         before = 0 if noop else stored_events(server.url, project_id, server.headers())
@@ -102,15 +111,20 @@ def measure(
     return out
 
 
-def run(seconds: float, connections: dict[str, int]) -> dict[str, Any]:
+def run(
+    seconds: float, connections: dict[str, int], clickhouse_url: str = "", workers: int = 1
+) -> dict[str, Any]:
+    """Both shapes against real storage and against the no-op ceiling; ``clickhouse_url`` (a
+    server, see common.bench_url) replaces the embedded engine."""
     if not wrk_available():
         raise RuntimeError("wrk is not installed (Debian: apt-get install wrk)")
     results: dict[str, Any] = {}
     lost = 0
     with tempfile.TemporaryDirectory(prefix="tally-ingest-") as tmp:
         for shape in SHAPES:
-            real = measure(shape, seconds, connections[shape], noop=False, workdir=Path(tmp))
-            ceiling = measure(shape, seconds, connections[shape], noop=True, workdir=Path(tmp))
+            where = {"workdir": Path(tmp), "clickhouse_url": clickhouse_url, "workers": workers}
+            real = measure(shape, seconds, connections[shape], noop=False, **where)
+            ceiling = measure(shape, seconds, connections[shape], noop=True, **where)
             real["ceiling_events_per_s"] = ceiling["events_per_s"]
             real["ceiling_p99_ms"] = ceiling["p99_ms"]
             real["ceiling_ratio"] = round(real["events_per_s"] / ceiling["events_per_s"], 3)

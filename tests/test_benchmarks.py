@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from benchmarks.common import flatten, lost_events, percentile
+from benchmarks.common import bench_url, drop_bench_database, flatten, lost_events, percentile
 from benchmarks.dashboard import size_label
 from benchmarks.generate import generate
 from benchmarks.ingest import parse_wrk
@@ -116,3 +116,46 @@ def test_smoke_run_of_the_suite(tmp_path):
             "ingest.single.ceiling_ratio",
         ):
             assert name in keys
+
+
+def test_runs_against_a_server_get_their_own_databases(tmp_path):
+    assert bench_url("", "ingest_batch_real", tmp_path) == f"chdb://{tmp_path}/clickhouse"
+    assert (
+        bench_url("chdb:///srv/bench/", "dashboard_1m", tmp_path)
+        == "chdb:///srv/bench/dashboard_1m"
+    )
+    # The server's credentials and address are kept; the database the URL names is never used.
+    assert (
+        bench_url("https://u:p%40w@ch.example:8443/tally?x=1", "dashboard_1m", tmp_path)
+        == "https://u:p%40w@ch.example:8443/tally_bench_dashboard_1m"
+    )
+    with pytest.raises(ValueError):
+        bench_url("ftp://ch.example/", "x", tmp_path)
+    # Only databases the suite made are ever dropped (checked before connecting).
+    with pytest.raises(ValueError, match="not a benchmark database"):
+        drop_bench_database("http://127.0.0.1:9/tally")
+
+
+def test_workers_need_a_server():
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--workers", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "needs --clickhouse-url" in done.stderr
+
+
+@pytest.mark.slow
+def test_smoke_run_on_a_given_storage_url(tmp_path):
+    """--clickhouse-url puts each run's data where it says (a chdb path here; a server's
+    tally_bench_* databases where one is available)."""
+    args = [sys.executable, "-m", "benchmarks", "--smoke", "--only", "dashboard", "--sizes", "2000"]
+    args += ["--clickhouse-url", f"chdb://{tmp_path}/store", "--output", "smoke-url.json"]
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((ROOT / "benchmarks" / "results" / "smoke-url.json").read_text())
+    assert results["storage"] == "embedded"
+    assert all(results["dashboard"]["2k"][f"{days}d"]["exact"] for days in (7, 30, 90))
+    assert (tmp_path / "store" / "dashboard_2k").is_dir()
