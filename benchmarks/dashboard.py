@@ -198,14 +198,18 @@ def run(
             out[size_label(events)] = run_size(
                 events, repeat, http_repeat, base, clickhouse_url, workers
             )
-    labels = [size_label(n) for n in sizes]
-    if len(labels) >= 2:
-        for days in WINDOWS:
-            first, last = out[labels[0]][f"{days}d"], out[labels[-1]][f"{days}d"]
-            out[labels[-1]][f"{days}d"][f"p95_growth_from_{labels[0]}"] = round(
-                last["p95_ms"] / first["p95_ms"], 2
-            )
+    add_growth(out, [size_label(n) for n in sorted(sizes)])
     return out
+
+
+def add_growth(out: dict[str, Any], labels: list[str]) -> None:
+    """``p95_growth_from_<smallest>`` on every larger size: its HTTP p95 over the smallest's, per
+    window. ``labels`` are the sizes, smallest first."""
+    first, *larger = labels
+    for label in larger:
+        for days in WINDOWS:
+            row, base = out[label][f"{days}d"], out[first][f"{days}d"]
+            row[f"p95_growth_from_{first}"] = round(row["p95_ms"] / base["p95_ms"], 2)
 
 
 def size_label(events: int) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from benchmarks.common import bench_url, drop_bench_database, flatten, lost_events, percentile
-from benchmarks.dashboard import size_label
+from benchmarks.dashboard import add_growth, size_label
 from benchmarks.generate import generate
 from benchmarks.ingest import parse_wrk
 
@@ -159,3 +159,20 @@ def test_smoke_run_on_a_given_storage_url(tmp_path):
     assert results["storage"] == "embedded"
     assert all(results["dashboard"]["2k"][f"{days}d"]["exact"] for days in (7, 30, 90))
     assert (tmp_path / "store" / "dashboard_2k").is_dir()
+
+
+def test_growth_is_reported_for_every_larger_size():
+    def sizes(*p95s: float) -> dict:
+        return {
+            label: {f"{days}d": {"p95_ms": p95 * days} for days in (7, 30, 90)}
+            for label, p95 in zip(("1M", "10M", "100M"), p95s, strict=False)
+        }
+
+    out = sizes(10, 25, 80)
+    add_growth(out, ["1M", "10M", "100M"])
+    assert "p95_growth_from_1M" not in out["1M"]["90d"]
+    assert out["10M"]["90d"]["p95_growth_from_1M"] == 2.5
+    assert out["100M"]["7d"]["p95_growth_from_1M"] == 8.0
+    single = sizes(10)
+    add_growth(single, ["1M"])
+    assert single == sizes(10)
