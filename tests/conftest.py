@@ -9,6 +9,7 @@ break storage build a private app on a fresh database with ``make_client``.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -35,6 +36,11 @@ CHDB_PATH = Path(tempfile.mkdtemp(prefix="tally-test-chdb-"))
 @pytest.fixture(scope="session")
 def chdb_path() -> Path:
     return CHDB_PATH
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The shared engine's folder goes with the run (every test's data is in it)."""
+    shutil.rmtree(CHDB_PATH, ignore_errors=True)
 
 
 def make_settings(chdb_path: Path, tmp_path: Path, **overrides: Any) -> Settings:
