@@ -30,6 +30,7 @@ MODES: dict[str, dict[str, Any]] = {
         "http_repeat": 30,
         "seconds": 20,
         "connections": {"batch": 256, "single": 256},
+        "sweep": [16, 64],
     },
     # For the test suite: proves the suite runs, measures nothing worth keeping.
     "smoke": {
@@ -38,6 +39,7 @@ MODES: dict[str, dict[str, Any]] = {
         "http_repeat": 2,
         "seconds": 1,
         "connections": {"batch": 4, "single": 4},
+        "sweep": [2],
     },
 }
 
@@ -106,6 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", help="tenant sizes in events, comma-separated (e.g. 1000000)")
     parser.add_argument("--seconds", type=float, help="duration of each ingest run")
     parser.add_argument(
+        "--sweep",
+        help="also run ingest at these connection counts, comma-separated (full mode: 16,64; "
+        "'none' to skip)",
+    )
+    parser.add_argument(
         "--clickhouse-url",
         default="",
         help="a ClickHouse server (http(s)://user:pw@host:8123) instead of the embedded engine; "
@@ -122,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         mode["sizes"] = [int(size) for size in args.sizes.split(",")]
     if args.seconds:
         mode["seconds"] = args.seconds
+    if args.sweep:
+        mode["sweep"] = [] if args.sweep == "none" else [int(n) for n in args.sweep.split(",")]
     started = time.monotonic()
     results: dict[str, Any] = {
         "mode": args.mode or "full",
@@ -133,7 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.only in (None, "ingest"):
         results["ingest"] = ingest.run(
-            mode["seconds"], mode["connections"], args.clickhouse_url, args.workers
+            mode["seconds"],
+            mode["connections"],
+            args.clickhouse_url,
+            args.workers,
+            mode.get("sweep"),
         )
         results["ingest"]["connections"] = mode["connections"]
         results["ingest"]["seconds"] = mode["seconds"]

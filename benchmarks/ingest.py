@@ -82,7 +82,7 @@ def measure(
     workers: int = 1,
 ) -> dict[str, Any]:
     per_request = SHAPES[shape]
-    name = f"ingest_{shape}_{'noop' if noop else 'real'}"
+    name = f"ingest_{shape}_{connections}_{'noop' if noop else 'real'}"
     data = workdir / name
     data.mkdir(parents=True)
     url = bench_url(clickhouse_url, name, data)
@@ -111,24 +111,45 @@ def measure(
     return out
 
 
+def measure_against_ceiling(
+    shape: str, seconds: float, connections: int, **where: Any
+) -> dict[str, Any]:
+    """One shape at one concurrency against real storage, then against the no-op ceiling."""
+    real = measure(shape, seconds, connections, noop=False, **where)
+    ceiling = measure(shape, seconds, connections, noop=True, **where)
+    real["ceiling_events_per_s"] = ceiling["events_per_s"]
+    real["ceiling_p99_ms"] = ceiling["p99_ms"]
+    real["ceiling_ratio"] = round(real["events_per_s"] / ceiling["events_per_s"], 3)
+    return real
+
+
 def run(
-    seconds: float, connections: dict[str, int], clickhouse_url: str = "", workers: int = 1
+    seconds: float,
+    connections: dict[str, int],
+    clickhouse_url: str = "",
+    workers: int = 1,
+    sweep: list[int] | None = None,
 ) -> dict[str, Any]:
     """Both shapes against real storage and against the no-op ceiling; ``clickhouse_url`` (a
-    server, see common.bench_url) replaces the embedded engine."""
+    server, see common.bench_url) replaces the embedded engine. ``sweep`` repeats both at each of
+    those connection counts (``<shape>.by_connections.<n>``): how latency and throughput trade as
+    concurrency grows, for the real server and its ceiling alike."""
     if not wrk_available():
         raise RuntimeError("wrk is not installed (Debian: apt-get install wrk)")
     results: dict[str, Any] = {}
     lost = 0
     with tempfile.TemporaryDirectory(prefix="tally-ingest-") as tmp:
+        where = {"workdir": Path(tmp), "clickhouse_url": clickhouse_url, "workers": workers}
         for shape in SHAPES:
-            where = {"workdir": Path(tmp), "clickhouse_url": clickhouse_url, "workers": workers}
-            real = measure(shape, seconds, connections[shape], noop=False, **where)
-            ceiling = measure(shape, seconds, connections[shape], noop=True, **where)
-            real["ceiling_events_per_s"] = ceiling["events_per_s"]
-            real["ceiling_p99_ms"] = ceiling["p99_ms"]
-            real["ceiling_ratio"] = round(real["events_per_s"] / ceiling["events_per_s"], 3)
+            real = measure_against_ceiling(shape, seconds, connections[shape], **where)
             lost += real["lost_events"]
+            by_connections = {}
+            for n in sweep or []:
+                point = measure_against_ceiling(shape, seconds, n, **where)
+                lost += point["lost_events"]
+                by_connections[str(n)] = point
+            if by_connections:
+                real["by_connections"] = by_connections
             results[shape] = real
     results["lost_events"] = lost
     return results

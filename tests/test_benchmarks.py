@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from benchmarks.common import bench_url, drop_bench_database, flatten, lost_events, percentile
 from benchmarks.dashboard import add_growth, size_label
-from benchmarks.generate import generate
+from benchmarks.generate import generate, settle_merges
 from benchmarks.ingest import parse_wrk
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,6 +90,16 @@ def test_generator_is_deterministic_and_realistic(client):
     assert 1_000 <= pageviews <= 4_000 and visitors < sessions and days > 60 and not_future
 
 
+def test_settling_waits_for_a_quiet_spell_without_merges(client):
+    storage = client.app.state.storage
+    for seed in range(3):  # several loads leave parts for the engine to merge
+        generate(storage, uuid.uuid4().hex[:24], 12_000, seed=seed)
+    waited = settle_merges(storage, quiet_seconds=0.5)
+    assert waited >= 0.5
+    running = f"SELECT count() FROM system.merges WHERE database = '{storage.database}'"
+    assert storage.query(running) == [(0,)]
+
+
 @pytest.mark.slow
 def test_smoke_run_of_the_suite(tmp_path):
     args = [sys.executable, "-m", "benchmarks", "--smoke", "--output", "smoke.json"]
@@ -104,6 +114,7 @@ def test_smoke_run_of_the_suite(tmp_path):
             row = results["dashboard"][size][f"{days}d"]
             assert row["exact"] is True  # rollups and raw SQL agree to the number
             assert {"p50_ms", "p95_ms", "raw_over_rollup"} <= set(row)
+        assert results["dashboard"][size]["merge_settle_seconds"] >= 0
     assert {"machine.cores", "storage", "git_commit"} <= set(keys)
     if "ingest" in results:
         assert results["ingest"]["lost_events"] == 0
@@ -114,12 +125,14 @@ def test_smoke_run_of_the_suite(tmp_path):
             "ingest.single.requests_per_s",
             "ingest.single.p99_ms",
             "ingest.single.ceiling_ratio",
+            "ingest.batch.by_connections.2.p99_ms",
+            "ingest.single.by_connections.2.ceiling_ratio",
         ):
             assert name in keys
 
 
 def test_runs_against_a_server_get_their_own_databases(tmp_path):
-    assert bench_url("", "ingest_batch_real", tmp_path) == f"chdb://{tmp_path}/clickhouse"
+    assert bench_url("", "ingest_batch_256_real", tmp_path) == f"chdb://{tmp_path}/clickhouse"
     assert (
         bench_url("chdb:///srv/bench/", "dashboard_1m", tmp_path)
         == "chdb:///srv/bench/dashboard_1m"
