@@ -10,6 +10,17 @@ from .client import Storage
 
 DEFAULT_LABEL = "Default"
 UNTITLED_LABEL = "Untitled"
+KEY_COLUMNS = (
+    "id",
+    "project_id",
+    "key_hash",
+    "key_preview",
+    "label",
+    "created_at",
+    "revoked_at",
+    "updated_at",
+    "version",
+)
 
 
 @dataclass(frozen=True)
@@ -85,30 +96,15 @@ class ProjectStore:
             revoked=False,
             updated_at=now,
         )
-        self.storage.insert(
-            f"{self.db}.api_keys",
-            [
-                [record.id],
-                [project_id],
-                [record.key_hash],
-                [key_preview(key)],
-                [label or UNTITLED_LABEL],
-                [now],
-                [None],
-                [now],
-                [next_version()],
-            ],
-            [
-                "id",
-                "project_id",
-                "key_hash",
-                "key_preview",
-                "label",
-                "created_at",
-                "revoked_at",
-                "updated_at",
-                "version",
-            ],
+        self._write_key(
+            record.id,
+            project_id,
+            record.key_hash,
+            key_preview(key),
+            label or UNTITLED_LABEL,
+            created_at=now,
+            revoked_at=None,
+            updated_at=now,
         )
         return key, record
 
@@ -148,33 +144,40 @@ class ProjectStore:
             return None
         kid, key_hash, preview, label, created_at = rows[0]
         now = utcnow()
+        self._write_key(
+            kid, project_id, key_hash, preview, label, created_at, revoked_at=now, updated_at=now
+        )
+        return KeyRecord(
+            id=kid, project_id=project_id, key_hash=key_hash, revoked=True, updated_at=now
+        )
+
+    def _write_key(
+        self,
+        key_id: str,
+        project_id: str,
+        key_hash: str,
+        preview: str,
+        label: str,
+        created_at: datetime,
+        *,
+        revoked_at: datetime | None,
+        updated_at: datetime,
+    ) -> None:
+        """Write a new version of a key's row (ReplacingMergeTree keeps the highest version)."""
         self.storage.insert(
             f"{self.db}.api_keys",
             [
-                [kid],
+                [key_id],
                 [project_id],
                 [key_hash],
                 [preview],
                 [label],
                 [created_at],
-                [now],
-                [now],
+                [revoked_at],
+                [updated_at],
                 [next_version()],
             ],
-            [
-                "id",
-                "project_id",
-                "key_hash",
-                "key_preview",
-                "label",
-                "created_at",
-                "revoked_at",
-                "updated_at",
-                "version",
-            ],
-        )
-        return KeyRecord(
-            id=kid, project_id=project_id, key_hash=key_hash, revoked=True, updated_at=now
+            KEY_COLUMNS,
         )
 
     def key_changes(self, since: datetime | None) -> list[KeyRecord]:
