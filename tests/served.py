@@ -56,7 +56,11 @@ class Server:
     def kill(self) -> None:
         os.killpg(self.proc.pid, signal.SIGKILL)  # granian's workers too: a machine crash
         self.proc.wait(timeout=30)
+        self.log.close()
 
     def stop(self, timeout: float = 60) -> int:
         self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=timeout)
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            self.log.close()

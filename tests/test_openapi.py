@@ -4,11 +4,7 @@ accepted, schema-invalid ones are refused, and every response matches the docume
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-import time
 from datetime import datetime
 
 import httpx
@@ -23,10 +19,10 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from conftest import JWT_SECRET, token
+from served import Server
 from tally.app import create_app
 from tally.config import Settings
 from tally.http.schemas import ISO_DATETIME
-from test_cli import free_port
 
 # Building the app touches no storage: the document is what `tally serve` publishes.
 schema = schemathesis.openapi.from_dict(
@@ -38,40 +34,17 @@ schema = schemathesis.openapi.from_dict(
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    data = tmp_path_factory.mktemp("openapi-serve")
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TALLY_")}
-    env.update(
-        TALLY_DATA_DIR=str(data),
-        TALLY_JWT_SECRET=JWT_SECRET,
-        TALLY_SESSION_LIMIT_PER_USER="",
-        TALLY_LOG_LEVEL="WARNING",
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tally", "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
+    # Session rate limits off: the fuzzer sends more than a person would.
+    served = Server(tmp_path_factory.mktemp("openapi-serve"), TALLY_SESSION_LIMIT_PER_USER="")
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/api/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                assert time.monotonic() < deadline, "tally serve did not start"
-                time.sleep(0.2)
         created = httpx.post(
-            f"{url}/api/projects",
+            f"{served.url}/api/projects",
             json={"name": "fuzz"},
             headers={"authorization": f"Bearer {token('fuzz')}"},
         )
-        yield url, created.json()["apiKey"]
+        yield served.url, created.json()["apiKey"]
     finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+        served.stop()
 
 
 def _events(body: object) -> list[object]:
