@@ -16,6 +16,8 @@ from benchmarks.dashboard import add_growth, size_label
 from benchmarks.generate import generate, settle_merges
 from benchmarks.ingest import parse_wrk
 
+from tally.storage.dashboard import QUERIES
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -98,6 +100,24 @@ def test_settling_waits_for_a_quiet_spell_without_merges(client):
     assert waited >= 0.5
     running = f"SELECT count() FROM system.merges WHERE database = '{storage.database}'"
     assert storage.query(running) == [(0,)]
+
+
+def test_profiles_run_and_cover_every_case():
+    """The README's profiles come from `python -m benchmarks.profile` (timings not asserted). Each
+    runs in its own process: the embedded engine allows one data folder per process."""
+
+    def profile(*args: str) -> list[str]:
+        command = [sys.executable, "-m", "benchmarks.profile", *args, "--repeat", "1"]
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout.splitlines()
+
+    inserts = [line.split("  ")[0] for line in profile("insert", "--rows", "4")]
+    assert inserts[:3] == ["7 views", "7 views, no deduplication", "7 views, one after another"]
+    assert inserts[3:] == [f"{n} views" for n in range(6, -1, -1)]
+    timed = profile("queries", "--events", "6000", "--threads", "1")
+    queries = [line.split()[:3] for line in timed]
+    assert queries == [[str(days), "days", name] for days in (7, 30, 90) for name in QUERIES]
 
 
 @pytest.mark.slow
