@@ -34,8 +34,9 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     clickhouse_cluster: str = ""
     # Days of events and rollups to keep (a ClickHouse TTL applied by migrate); 0 keeps all.
     retention_days: int = 0
-    # Clients in the pool: dashboard queries run concurrently on separate clients.
-    clickhouse_pool_size: int = 8
+    # Clients in the pool: dashboard queries run concurrently on separate clients. The default
+    # holds all ten queries of one dashboard with room for the writer and project calls.
+    clickhouse_pool_size: int = 12
     # Working folder for the embedded engine and the dev-mode secret.
     data_dir: str = ".tally"
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
+MAX_DAYS = 90  # the longest dashboard window
 LIST_LIMIT = 10  # rows in each top list
 RECENT_LIMIT = 20  # rows in recentEvents
 LIVE_WINDOW = timedelta(minutes=5)  # liveVisitors: visitors with an event this recently

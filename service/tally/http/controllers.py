@@ -16,7 +16,7 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_202_ACCEPTED, HTTP_204_
 
 from ..domain import events as event_rules
 from ..domain.ids import OBJECT_ID_PATTERN, iso, utcnow
-from ..domain.metrics import Window
+from ..domain.metrics import MAX_DAYS, Window
 from ..storage import dashboard as dashboard_queries
 from ..storage.projects import ProjectStore
 from . import schemas as s
@@ -34,7 +34,10 @@ ProjectIdParam = Annotated[
     ),
 ]
 DaysParam = Annotated[
-    int, QueryParameter(ge=1, le=90, description="lookback window in UTC calendar days, 1 to 90")
+    int,
+    QueryParameter(
+        ge=1, le=MAX_DAYS, description=f"lookback window in UTC calendar days, 1 to {MAX_DAYS}"
+    ),
 ]
 KeyIdParam = Annotated[
     str,

@@ -9,6 +9,7 @@ import msgspec
 from msgspec import Meta, Struct
 
 from ..domain.ids import OBJECT_ID_PATTERN
+from ..domain.metrics import MAX_DAYS
 
 ObjectId = Annotated[
     str,
@@ -16,7 +17,7 @@ ObjectId = Annotated[
 ]
 ProjectName = Annotated[str, Meta(min_length=2, max_length=60)]
 KeyLabel = Annotated[str, Meta(min_length=1, max_length=60)]
-Days = Annotated[int, Meta(ge=1, le=90, description="lookback window in UTC calendar days")]
+Days = Annotated[int, Meta(ge=1, le=MAX_DAYS, description="lookback window in UTC calendar days")]
 
 EventName = Annotated[str, Meta(min_length=1, max_length=100)]
 MetadataKey = Annotated[str, Meta(min_length=1, max_length=100)]
