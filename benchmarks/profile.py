@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:<34} {n:>6} rows {ms:>8} ms")
     else:
         for days, name, ms in profile_queries(args.events, args.repeat, args.threads):
-            print(f"{days:>2} days  {name:<10} {ms:>8} ms")
+            print(f"{days:>2} days  {name:<12} {ms:>8} ms")
     return 0
 
 
