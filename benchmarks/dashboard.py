@@ -78,7 +78,7 @@ def _worker(url: str, events: int, repeat: int) -> dict[str, Any]:
 
     from .generate import generate, settle_merges
 
-    storage = Storage(parse_url(url), pool_size=12)
+    storage = Storage(parse_url(url), pool_size=len(service_queries.QUERIES))
     migrate(storage)
     store = ProjectStore(storage)
     tenant, _, _ = store.create_project("bench", f"tenant {events}")

@@ -9,7 +9,8 @@ the events table and its materialized views) at each batch size, then with dedup
 with the views run one after another, then drops the views one at a time and times it again after
 each. ``queries`` loads two tenants of ``--events`` each with the generator, waits for the merges,
 and times each of the service's dashboard queries alone for 7, 30 and 90 days (``--threads``
-sets ``max_threads``; 1 shows the CPU a query costs). Both print medians in milliseconds.
+sets ``max_threads``; 1 shows the CPU a query costs), then the whole dashboard as served, with
+the CPU it used. Both print medians in milliseconds.
 """
 
 from __future__ import annotations
@@ -93,17 +94,24 @@ def profile_insert(rows: list[int], repeat: int) -> list[tuple[str, int, float]]
     return out
 
 
-def profile_queries(events: int, repeat: int, threads: int) -> list[tuple[int, str, float]]:
-    """(days, query name, median ms) of each dashboard query alone, two tenants of ``events``."""
+def profile_queries(
+    events: int, repeat: int, threads: int
+) -> list[tuple[int, str, float, float | None]]:
+    """(days, name, median wall ms, median CPU ms or None) of each dashboard query alone, then of
+    the whole dashboard as served (every query at once, default settings), on two tenants of
+    ``events``. The CPU is the process's, all engine threads included."""
+    import asyncio
+
     from tally.domain.metrics import Window
     from tally.storage import dashboard
     from tally.storage.projects import ProjectStore
 
     from .generate import generate, settle_merges
 
-    out: list[tuple[int, str, float]] = []
+    out: list[tuple[int, str, float, float | None]] = []
     with tempfile.TemporaryDirectory(prefix="tally-profile-") as tmp:
-        storage = Storage(parse_url(f"chdb://{tmp}/clickhouse"), pool_size=1)
+        pool = len(dashboard.QUERIES)
+        storage = Storage(parse_url(f"chdb://{tmp}/clickhouse"), pool_size=pool)
         try:
             migrate(storage)
             store = ProjectStore(storage)
@@ -113,10 +121,10 @@ def profile_queries(events: int, repeat: int, threads: int) -> list[tuple[int, s
             generate(storage, neighbour.id, events, seed=2)
             settle_merges(storage)
             settings = {"max_threads": threads} if threads else {}
-            with storage.client() as client:
-                for days in (7, 30, 90):
-                    window = Window(days=days, now=datetime.now(UTC))
-                    params = dashboard.parameters(tenant.id, window)
+            for days in (7, 30, 90):
+                window = Window(days=days, now=datetime.now(UTC))
+                params = dashboard.parameters(tenant.id, window)
+                with storage.client() as client:
                     for name, sql in dashboard.QUERIES.items():
                         run = partial(
                             client.query,
@@ -125,7 +133,21 @@ def profile_queries(events: int, repeat: int, threads: int) -> list[tuple[int, s
                             settings=settings,
                         )
                         run()  # warm
-                        out.append((days, name, _median_ms(run, repeat)))
+                        out.append((days, name, _median_ms(run, repeat), None))
+                walls, cpus = [], []
+                for _ in range(repeat + 1):  # the first is the warm-up
+                    wall, cpu = time.perf_counter(), time.process_time()
+                    asyncio.run(dashboard.fetch(storage, tenant.id, window))
+                    walls.append((time.perf_counter() - wall) * 1000)
+                    cpus.append((time.process_time() - cpu) * 1000)
+                out.append(
+                    (
+                        days,
+                        "dashboard",
+                        round(statistics.median(walls[1:]), 1),
+                        round(statistics.median(cpus[1:]), 1),
+                    )
+                )
         finally:
             storage.close()
     return out
@@ -146,8 +168,9 @@ def main(argv: list[str] | None = None) -> int:
         for name, n, ms in profile_insert([int(n) for n in args.rows.split(",")], args.repeat):
             print(f"{name:<34} {n:>6} rows {ms:>8} ms")
     else:
-        for days, name, ms in profile_queries(args.events, args.repeat, args.threads):
-            print(f"{days:>2} days  {name:<12} {ms:>8} ms")
+        for days, name, ms, cpu in profile_queries(args.events, args.repeat, args.threads):
+            line = f"{days:>2} days  {name:<12} {ms:>8} ms"
+            print(line if cpu is None else f"{line}, {cpu} ms of CPU (all queries at once)")
     return 0
 
 

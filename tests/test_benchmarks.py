@@ -117,7 +117,9 @@ def test_profiles_run_and_cover_every_case():
     assert inserts[3:] == [f"{n} views" for n in range(6, -1, -1)]
     timed = profile("queries", "--events", "6000", "--threads", "1")
     queries = [line.split()[:3] for line in timed]
-    assert queries == [[str(days), "days", name] for days in (7, 30, 90) for name in QUERIES]
+    names = [*QUERIES, "dashboard"]  # each query alone, then all of them as served
+    assert queries == [[str(days), "days", name] for days in (7, 30, 90) for name in names]
+    assert all("of CPU" in line for line in timed if line.split()[2] == "dashboard")
 
 
 @pytest.mark.slow

@@ -234,6 +234,36 @@ def test_top_lists_break_ties_by_key_and_stop_at_ten(client, now):
     assert [row["path"] for row in top[1:]] == paths[:9]
 
 
+def test_lists_sharing_one_scan_break_ties_and_stop_at_ten(client, now):
+    """Event names share a scan with the timeline, browsers one with device types: each list
+    still holds its own top ten, ties by key, and the timeline every day of the window."""
+    project_id, key = new_project(client)
+    at = now - timedelta(minutes=10)
+    events = [
+        Sent(
+            f"e{i:02d}",
+            at - timedelta(days=i % 3, seconds=i),
+            browser=f"B{i:02d}",
+            device_type=f"d{i % 12:02d}",
+        )
+        for i in range(13)
+    ]
+    events += [Sent("z-most", at, browser="Z-most", device_type="z-most") for _ in range(2)]
+    send(client, key, events)
+    result = fetch(client, project_id, 3)
+    expected = dashboard(events, now, 3)
+    assert result["eventBreakdown"] == expected["eventBreakdown"]
+    assert [row["name"] for row in result["eventBreakdown"]] == ["z-most"] + [
+        f"e{i:02d}" for i in range(9)
+    ]
+    assert [row["browser"] for row in result["browserBreakdown"]][:2] == ["Z-most", "B00"]
+    assert result["browserBreakdown"] == expected["browserBreakdown"]
+    assert [row["deviceType"] for row in result["deviceBreakdown"]][:2] == ["d00", "z-most"]
+    assert result["deviceBreakdown"] == expected["deviceBreakdown"]
+    assert len(result["deviceBreakdown"]) == 10
+    assert result["timeline"] == expected["timeline"]
+
+
 def test_session_duration_from_first_event_in_window(client, now):
     """A session_end without durationMs measures from its session's first event in the window."""
     project_id, key = new_project(client)
