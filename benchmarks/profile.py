@@ -6,11 +6,11 @@ costs and where it goes, and what each dashboard query costs alone.
 
 ``insert`` opens a fresh embedded engine, times Tally's own INSERT (the writer's settings, through
 the events table and its materialized views) at each batch size, then with deduplication off and
-with the views run one after another, then drops the views one at a time and times it again after
-each. ``queries`` loads two tenants of ``--events`` each with the generator, waits for the merges,
-and times each of the service's dashboard queries alone for 7, 30 and 90 days (``--threads``
-sets ``max_threads``; 1 shows the CPU a query costs), then the whole dashboard as served, with
-the CPU it used. Both print medians in milliseconds.
+with the views run one after another, then without the rollups' projections, then drops the
+views one at a time and times it again after each. ``queries`` loads two tenants of ``--events``
+each with the generator, waits for the merges, and times each of the service's dashboard queries
+alone for 7, 30 and 90 days (``--threads`` sets ``max_threads``; 1 shows the CPU a query costs),
+then the whole dashboard as served, with the CPU it used. Both print medians in milliseconds.
 """
 
 from __future__ import annotations
@@ -86,6 +86,14 @@ def profile_insert(rows: list[int], repeat: int) -> list[tuple[str, int, float]]
                 deduplicate_blocks_in_dependent_materialized_views=0,
             )
             case(f"{len(views)} views, one after another", parallel_view_processing=0)
+            projections = storage.query(
+                "SELECT table, name FROM system.projections WHERE database = {db:String}",
+                {"db": storage.database},
+            )
+            for table, name in projections:
+                storage.command(f"ALTER TABLE {storage.database}.{table} DROP PROJECTION {name}")
+            if projections:
+                case(f"{len(views)} views, no projections")
             for left in range(len(views) - 1, -1, -1):
                 storage.command(f"DROP VIEW {storage.database}.{views[left]}")
                 case(f"{left} views")

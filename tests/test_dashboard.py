@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
-from conftest import auth, new_project
+from conftest import auth, new_project, stored
 from reference import Sent, dashboard
+from tally.domain.metrics import Window
+from tally.storage import dashboard as dashboard_queries
 
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 PATHS = [
@@ -283,3 +285,39 @@ def test_events_of_other_tenants_never_count(client, now):
     _, other_key = new_project(client, user="bob")
     send(client, other_key, build_events(now, seed=3))
     assert fetch(client, project_id, 90) == dashboard([], now, 90)
+
+
+def test_session_end_sums_come_from_the_projection_and_stay_exact_across_merges(client, now):
+    """The session_end sums are read from sessions_daily's per-day projection (schema 004), equal
+    the sums over its rows, and stay exact when its parts merge (the projection is rebuilt)."""
+    project_id, key = new_project(client)
+    events = build_events(now, seed=11)
+    send(client, key, events)
+    window = Window(days=90, now=now)
+    storage = client.app.state.storage
+    table = "sessions_daily" + ("_local" if storage.cluster else "")  # where the rows are
+    sql = dashboard_queries.QUERIES["session_ends"].replace(".sessions_daily ", f".{table} ")
+    params = dashboard_queries.parameters(project_id, window)
+    plan = "\n".join(row[0] for row in stored(client, f"EXPLAIN projections = 1 {sql}", **params))
+    assert "ReadFromMergeTree (ends_daily)" in plan
+
+    def sums(use_projection: int) -> list[tuple[Any, ...]]:
+        setting = f" SETTINGS optimize_use_projections = {use_projection}"
+        return stored(client, sql + setting, **params)
+
+    assert sums(1) == sums(0)
+    stored(client, f"OPTIMIZE TABLE {{db}}.{table} FINAL")
+    parts = stored(
+        client,
+        "SELECT countIf(p.name != '') = count() FROM system.parts AS t "
+        "LEFT JOIN (SELECT parent_name AS part, name FROM system.projection_parts "
+        "  WHERE database = {d:String} AND table = {t:String} AND active) AS p "
+        "ON p.part = t.name "
+        "WHERE t.database = {d:String} AND t.table = {t:String} AND t.active",
+        d=storage.database,
+        t=table,
+    )
+    assert parts == [(1,)]  # every merged part has its projection rebuilt
+    assert sums(1) == sums(0)
+    for days in (1, 7, 90):
+        assert without_ids(fetch(client, project_id, days)) == dashboard(events, now, days)

@@ -50,12 +50,14 @@ def cluster_ddl(database: str = "tally") -> list[str]:
 
 
 def parse(statement: str) -> dict[str, str]:
-    """Name, kind and the parts of a CREATE statement that matter here."""
+    """Name, kind and the parts of a CREATE (or ALTER) statement that matter here."""
     head = re.match(
-        r"CREATE (TABLE|MATERIALIZED VIEW) IF NOT EXISTS (\w+)\.(\w+) ON CLUSTER (\w+)", statement
+        r"(?:CREATE (TABLE|MATERIALIZED VIEW) IF NOT EXISTS|(ALTER) TABLE) (\w+)\.(\w+) "
+        r"ON CLUSTER (\w+)",
+        statement,
     )
     assert head, statement
-    out = {"kind": head[1], "database": head[2], "name": head[3], "cluster": head[4]}
+    out = {"kind": head[1] or head[2], "database": head[3], "name": head[4], "cluster": head[5]}
     if engine := re.search(r"^ENGINE = (\w+)\((.*)\)$", statement, re.M):
         out["engine"], out["args"] = engine[1], engine[2]
     if view := re.search(r" TO (\w+)\.(\w+) AS\n", statement):
@@ -88,6 +90,14 @@ def test_storage_tables_are_replicated_locals_behind_distributed_tables():
         assert public["engine"] == "Distributed"
         assert public["as"] == name + LOCAL_SUFFIX
         assert public["args"] == f"{CLUSTER}, tally, {name}_local, {key}"
+
+
+def test_alters_change_the_local_tables():
+    """A projection or a MergeTree setting belongs where the rows are stored."""
+    alters = [p for p in map(parse, cluster_ddl()) if p["kind"] == "ALTER"]
+    assert alters  # schema 004
+    assert all(a["name"].removesuffix(LOCAL_SUFFIX) in SHARDING_KEYS for a in alters)
+    assert all(a["name"].endswith(LOCAL_SUFFIX) for a in alters)
 
 
 def test_engines_match_the_one_node_schema():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 from tally.storage.client import Storage, parse_url
-from tally.storage.migrate import load_migrations, migrate, schema_dir
+from tally.storage.migrate import load_migrations, migrate, migrations_table, schema_dir
 
 
 def snapshot(storage: Storage) -> list[tuple]:
@@ -135,6 +135,28 @@ def test_cluster_rendering_refuses_what_it_does_not_know():
         render_for_cluster("ALTER TABLE ${db}.events ADD COLUMN x UInt8", "c")
     with pytest.raises(ValueError, match="invalid cluster name"):
         render_for_cluster("CREATE TABLE IF NOT EXISTS ${db}.events\n", "c; DROP")
+    with pytest.raises(ValueError, match="not a storage table"):
+        render_for_cluster("ALTER TABLE ${db}.other ADD PROJECTION p (SELECT a ORDER BY a)", "c")
+
+
+def test_cluster_rendering_alters_where_the_rows_are():
+    """A projection or a MergeTree setting belongs to the local tables, where the rows are."""
+    from tally.storage.migrate import render_for_cluster
+
+    (sessions_daily,) = [m for m in load_migrations() if m.version == 4]
+    rendered = sessions_daily.statements("tally", "c")
+    assert len(rendered) == len(sessions_daily.statements("tally")) == 2
+    assert rendered[0] == (
+        "ALTER TABLE tally.sessions_daily_local ON CLUSTER c "
+        "MODIFY SETTING deduplicate_merge_projection_mode = 'rebuild'"
+    )
+    assert rendered[1].startswith(
+        "ALTER TABLE tally.sessions_daily_local ON CLUSTER c "
+        "ADD PROJECTION IF NOT EXISTS ends_daily"
+    )
+    assert render_for_cluster(
+        "ALTER TABLE ${db}.sessions_daily MATERIALIZE PROJECTION ends_daily", "c"
+    ) == ["ALTER TABLE ${db}.sessions_daily_local ON CLUSTER c MATERIALIZE PROJECTION ends_daily"]
 
 
 def test_cluster_statements_parse_on_the_engine(client):
@@ -189,3 +211,67 @@ def test_retention_in_cluster_mode_alters_the_local_tables():
         s.endswith("ON CLUSTER c REMOVE TTL")
         for s in retention_statements(current, 0, "tally", "c")
     )
+
+
+def test_upgrade_to_the_session_ends_projection_keeps_answers_exact(chdb_path):
+    """A database written under schema 001-003 gets the projection of 004: parts from before the
+    upgrade lack it and are read from the table, so the sums are exact at once, and stay so once
+    `MATERIALIZE PROJECTION` has built it for them (docs/operations.md)."""
+    from datetime import UTC, datetime, timedelta
+
+    from tally.storage.writer import events_inserter
+
+    storage = Storage(parse_url(f"chdb://{chdb_path}?database=u_{uuid.uuid4().hex[:10]}"), 1)
+    db = storage.database
+    try:
+        storage.command(migrations_table(db))
+        for migration in load_migrations()[:3]:  # the schema before 004, as migrate records it
+            for statement in migration.statements(db):
+                storage.command(statement)
+            storage.insert(
+                f"{db}.schema_migrations",
+                [[migration.version], [migration.name], [migration.checksum]],
+                ["version", "name", "checksum"],
+            )
+        now = datetime.now(UTC)
+
+        def session(n: int, stated: float | None) -> list[tuple]:
+            """A pageview, then a session_end 8 minutes later (its duration stated or not)."""
+            start, end = (int((now - timedelta(days=n % 5, minutes=m)).timestamp()) for m in (9, 1))
+            ids = ("", "", f"s{n}", "v", "", "", "")  # url, referrer, session, visitor, client
+            return [
+                ("p" * 24, "pageview", start, start, "/", *ids, None, "{}", "", "", "k"),
+                ("p" * 24, "session_end", end, end, "", *ids, stated, "{}", "", "", "k"),
+            ]
+
+        insert = events_inserter(storage)
+        insert([r for n in range(6) for r in session(n, None)], uuid.uuid4().hex)  # before
+        assert migrate(storage) == ["004_session_ends_projection"]
+        insert([r for n in range(6, 12) for r in session(n, 1500.0)], uuid.uuid4().hex)  # after
+
+        sql = (
+            f"SELECT sum(ends), sum(stated_ms), sumIf(toInt128(unstated_at_ms), session_hash != 0) "
+            f"FROM {db}.sessions_daily WHERE project_id = 'pppppppppppppppppppppppp' "
+            "SETTINGS optimize_use_projections = {p:UInt8}"
+        )
+
+        def lacking() -> int:
+            rows = storage.query(
+                "SELECT count() FROM system.parts WHERE database = {d:String} "
+                "AND table = 'sessions_daily' AND active AND NOT has(projections, 'ends_daily')",
+                {"d": db},
+            )
+            return int(rows[0][0])
+
+        from_rows = storage.query(sql, {"p": 0})
+        assert from_rows[0][:2] == (12, 6 * 1500.0)
+        assert lacking() == 1  # the part written before the upgrade
+        assert storage.query(sql, {"p": 1}) == from_rows
+        storage.command(
+            f"ALTER TABLE {db}.sessions_daily MATERIALIZE PROJECTION ends_daily "
+            "SETTINGS mutations_sync = 1"
+        )
+        assert lacking() == 0
+        assert storage.query(sql, {"p": 1}) == from_rows
+    finally:
+        storage.close()

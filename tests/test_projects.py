@@ -327,3 +327,34 @@ def test_unknown_route_and_method(client):
     assert client.get("/api/nope").json() == {"error": "Not found"}
     response = client.put("/api/projects", json={})
     assert response.status_code == 405 and response.json() == {"error": "Method not allowed"}
+
+
+def test_ownership_yes_is_remembered_and_no_is_asked_again(client, user):
+    """A worker remembers that a user owns a project (owners never change, projects are never
+    deleted) but asks storage again after a no: the project may be created elsewhere meanwhile."""
+    from tally.domain.ids import next_version, object_id, utcnow
+    from tally.storage.projects import ProjectStore
+
+    storage = client.app.state.storage
+    asked: list[str] = []
+
+    class Counted:  # the real storage, counting the questions put to it
+        database = storage.database
+
+        def query(self, sql, parameters=None):
+            asked.append(sql)
+            return storage.query(sql, parameters)
+
+    worker = ProjectStore(Counted())  # type: ignore[arg-type]
+    project_id = object_id()
+    assert not worker.owns(user, project_id)
+    storage.insert(  # created on another worker
+        f"{storage.database}.projects",
+        [[project_id], [user], ["Site"], [utcnow()], [next_version()]],
+        ["id", "owner_id", "name", "created_at", "version"],
+    )
+    assert not worker.owns(f"{user}-other", project_id)
+    assert worker.owns(user, project_id)
+    assert len(asked) == 3
+    assert worker.owns(user, project_id) and len(asked) == 3  # remembered
+    assert not worker.owns(f"{user}-other", project_id) and len(asked) == 4  # asked again

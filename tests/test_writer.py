@@ -217,7 +217,10 @@ def test_reads_answer_503_while_storage_fails(make_client):
 
         project_id, _ = new_project(client, user="reader")
         db = client.app.state.storage.database
-        client.app.state.storage.command(f"RENAME TABLE {db}.projects TO {db}.projects_away")
+        # Ownership, once known, is remembered: the dashboard and key list fail on their own reads.
+        away = ("projects", "sessions_daily", "api_keys")
+        for table in away:
+            client.app.state.storage.command(f"RENAME TABLE {db}.{table} TO {db}.{table}_away")
         try:
             for url in (
                 "/api/projects",
@@ -230,8 +233,13 @@ def test_reads_answer_503_while_storage_fails(make_client):
                     {"error": "Storage unavailable"},
                 ), url
         finally:
-            client.app.state.storage.command(f"RENAME TABLE {db}.projects_away TO {db}.projects")
+            for table in away:
+                client.app.state.storage.command(f"RENAME TABLE {db}.{table}_away TO {db}.{table}")
         assert client.get("/api/projects", headers=auth("reader")).status_code == 200
+        assert (
+            client.get(f"/api/dashboard?projectId={project_id}", headers=auth("reader")).status_code
+            == 200
+        )
 
 
 def test_overload_sheds_instead_of_buffering_without_bound(client):

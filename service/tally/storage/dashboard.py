@@ -35,8 +35,10 @@ QUERIES: dict[str, str] = {
                      toUnixTimestamp64Milli(min(first_at)) AS first_ms,
                      sum(ends - ends_stated) AS unstated
               FROM {{db}}.sessions_daily WHERE {DAY_RANGE} GROUP BY session_hash)""",
-    # The rest of the duration maths is additive over rows, so it needs no grouping. Int128: a
-    # sum of epoch milliseconds passes Int64 at about five million session_end events.
+    # The rest of the duration maths is additive over rows, so it needs no grouping, and these
+    # exact sums are those of sessions_daily's per-day projection (schema 004), which ClickHouse
+    # reads instead of the sessions. Int128: a sum of epoch milliseconds passes Int64 at about
+    # five million session_end events.
     "session_ends": f"""
         SELECT sum(ends), sum(stated_ms), sumIf(toInt128(unstated_at_ms), session_hash != 0)
         FROM {{db}}.sessions_daily WHERE {DAY_RANGE}""",

@@ -13,6 +13,8 @@ node they run as written, ``${db}`` replaced by the database. On a cluster (``cl
   analysts keep using the names they know; no query changes.
 - a materialized view reads ``events_local`` and writes ``<rollup>_local`` on the node that
   stored the events, so rollups live on the shard of their events.
+- an ``ALTER`` that adds a projection or changes a MergeTree setting alters ``T_local``: that is
+  where the rows (and their projections) are stored.
 - ``schema_migrations`` is one replicated table with a replica on every node (no ``{shard}`` in
   its path), so the record is the same whichever node ``tally migrate`` talks to.
 """
@@ -71,6 +73,11 @@ _CREATE_TABLE = re.compile(r"\ACREATE TABLE IF NOT EXISTS \$\{db\}\.(\w+)\n")
 _CREATE_VIEW = re.compile(r"\ACREATE MATERIALIZED VIEW IF NOT EXISTS \$\{db\}\.(\w+) TO ")
 _ENGINE = re.compile(r"^ENGINE = (\w*)MergeTree(?:\((.*)\))?$", re.MULTILINE)
 _TABLE_REF = re.compile(r"\$\{db\}\.(\w+)")
+# ALTERs that change only how a table stores its rows (a projection, a MergeTree setting): on a
+# cluster they belong to the local tables, not to the Distributed table in front of them.
+_ALTER_STORAGE = re.compile(
+    r"\AALTER TABLE \$\{db\}\.(\w+) (?=(?:ADD|MATERIALIZE) PROJECTION |MODIFY SETTING )"
+)
 
 
 def _check_cluster(cluster: str) -> None:
@@ -126,6 +133,11 @@ def render_for_cluster(statement: str, cluster: str) -> list[str]:
 
         head = f"CREATE MATERIALIZED VIEW IF NOT EXISTS ${{db}}.{view[1]} ON CLUSTER {cluster} TO "
         return [head + _TABLE_REF.sub(local_ref, statement[view.end() :])]
+    if alter := _ALTER_STORAGE.match(statement):
+        if alter[1] not in SHARDING_KEYS:
+            raise ValueError(f"table {alter[1]} is not a storage table")
+        local = alter[1] + LOCAL_SUFFIX
+        return [f"ALTER TABLE ${{db}}.{local} ON CLUSTER {cluster} " + statement[alter.end() :]]
     raise ValueError(
         "cluster mode does not know how to render this statement; teach "
         f"tally/storage/migrate.py: {statement.splitlines()[0]}"

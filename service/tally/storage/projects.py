@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from ..domain.ids import as_utc, hash_key, key_preview, new_api_key, next_version, object_id, utcnow
 from .client import Storage
 
+# Ownership answers kept in process. Only "yes" is kept: a project's owner never changes and a
+# project is never deleted, so a yes stays true, while a no may turn (the project may be created
+# on another worker a moment later).
+OWNED_CACHE_SIZE = 10_000
 DEFAULT_LABEL = "Default"
 UNTITLED_LABEL = "Untitled"
 KEY_COLUMNS = (
@@ -54,6 +59,8 @@ class ProjectStore:
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
         self.db = storage.database
+        self._owned: dict[tuple[str, str], None] = {}  # insertion order: oldest first
+        self._owned_lock = threading.Lock()
 
     # --- projects ----------------------------------------------------------------------------
     def create_project(self, owner_id: str, name: str) -> tuple[ProjectRow, str, KeyRecord]:
@@ -66,6 +73,7 @@ class ProjectStore:
             ["id", "owner_id", "name", "created_at", "version"],
         )
         key, record = self.create_key(project.id, DEFAULT_LABEL)
+        self._remember_owner(owner_id, project.id)
         return project, key, record
 
     def list_projects(self, owner_id: str) -> list[ProjectRow]:
@@ -77,12 +85,24 @@ class ProjectStore:
         return [ProjectRow(id=r[0], name=r[1], created_at=r[2]) for r in rows]
 
     def owns(self, owner_id: str, project_id: str) -> bool:
+        """Whether ``owner_id`` owns ``project_id``; a yes is remembered, a no asked again."""
+        if (owner_id, project_id) in self._owned:
+            return True
         rows = self.storage.query(
             f"SELECT count() FROM {self.db}.projects "
             "WHERE owner_id = {owner:String} AND id = {id:String}",
             {"owner": owner_id, "id": project_id},
         )
-        return bool(rows and rows[0][0])
+        owned = bool(rows and rows[0][0])
+        if owned:
+            self._remember_owner(owner_id, project_id)
+        return owned
+
+    def _remember_owner(self, owner_id: str, project_id: str) -> None:
+        with self._owned_lock:
+            self._owned[(owner_id, project_id)] = None
+            while len(self._owned) > OWNED_CACHE_SIZE:
+                del self._owned[next(iter(self._owned))]
 
     # --- keys --------------------------------------------------------------------------------
     def create_key(self, project_id: str, label: str | None) -> tuple[str, KeyRecord]:
