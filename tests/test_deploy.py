@@ -93,11 +93,19 @@ def test_storage_tables_are_replicated_locals_behind_distributed_tables():
 
 
 def test_alters_change_the_local_tables():
-    """A projection or a MergeTree setting belongs where the rows are stored."""
-    alters = [p for p in map(parse, cluster_ddl()) if p["kind"] == "ALTER"]
-    assert alters  # schema 004
-    assert all(a["name"].removesuffix(LOCAL_SUFFIX) in SHARDING_KEYS for a in alters)
-    assert all(a["name"].endswith(LOCAL_SUFFIX) for a in alters)
+    """A projection or a MergeTree setting belongs where the rows are stored; a new column goes
+    to the local tables first, then to the Distributed table that passes it on."""
+    statements = cluster_ddl()
+    alters = [(s, p) for s, p in zip(statements, map(parse, statements), strict=True)]
+    alters = [(s, p) for s, p in alters if p["kind"] == "ALTER"]
+    assert alters  # schema 004, 005
+    assert all(p["name"].removesuffix(LOCAL_SUFFIX) in SHARDING_KEYS for _, p in alters)
+    columns = [(s, p) for s, p in alters if " ADD COLUMN " in s]
+    assert columns  # schema 005
+    assert all(p["name"].endswith(LOCAL_SUFFIX) for s, p in alters if (s, p) not in columns)
+    for (local_sql, local), (public_sql, public) in zip(columns[::2], columns[1::2], strict=True):
+        assert local["name"] == public["name"] + LOCAL_SUFFIX
+        assert local_sql.split(" ADD COLUMN ")[1] == public_sql.split(" ADD COLUMN ")[1]
 
 
 def test_engines_match_the_one_node_schema():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
 from tally.storage.client import Storage, parse_url
 from tally.storage.migrate import load_migrations, migrate, migrations_table, schema_dir
 
@@ -123,7 +125,6 @@ def test_one_node_rendering_is_the_files_as_written():
 
 
 def test_cluster_rendering_refuses_what_it_does_not_know():
-    import pytest
 
     from tally.storage.migrate import render_for_cluster
 
@@ -132,7 +133,7 @@ def test_cluster_rendering_refuses_what_it_does_not_know():
             "CREATE TABLE IF NOT EXISTS ${db}.other\n(a UInt8)\nENGINE = MergeTree", "c"
         )
     with pytest.raises(ValueError, match="does not know how to render"):
-        render_for_cluster("ALTER TABLE ${db}.events ADD COLUMN x UInt8", "c")
+        render_for_cluster("ALTER TABLE ${db}.events DROP COLUMN x", "c")
     with pytest.raises(ValueError, match="invalid cluster name"):
         render_for_cluster("CREATE TABLE IF NOT EXISTS ${db}.events\n", "c; DROP")
     with pytest.raises(ValueError, match="not a storage table"):
@@ -157,6 +158,20 @@ def test_cluster_rendering_alters_where_the_rows_are():
     assert render_for_cluster(
         "ALTER TABLE ${db}.sessions_daily MATERIALIZE PROJECTION ends_daily", "c"
     ) == ["ALTER TABLE ${db}.sessions_daily_local ON CLUSTER c MATERIALIZE PROJECTION ends_daily"]
+
+
+def test_cluster_rendering_adds_columns_to_both_tables():
+    """The local tables store the column; the Distributed table must know it to pass it on."""
+    from tally.storage.migrate import render_for_cluster
+
+    assert render_for_cluster(
+        "ALTER TABLE ${db}.events ADD COLUMN IF NOT EXISTS x UInt8 DEFAULT 0", "c"
+    ) == [
+        "ALTER TABLE ${db}.events_local ON CLUSTER c ADD COLUMN IF NOT EXISTS x UInt8 DEFAULT 0",
+        "ALTER TABLE ${db}.events ON CLUSTER c ADD COLUMN IF NOT EXISTS x UInt8 DEFAULT 0",
+    ]
+    with pytest.raises(ValueError, match="not a storage table"):
+        render_for_cluster("ALTER TABLE ${db}.other ADD COLUMN x UInt8", "c")
 
 
 def test_cluster_statements_parse_on_the_engine(client):
@@ -246,7 +261,7 @@ def test_upgrade_to_the_session_ends_projection_keeps_answers_exact(chdb_path):
 
         insert = events_inserter(storage)
         insert([r for n in range(6) for r in session(n, None)], uuid.uuid4().hex)  # before
-        assert migrate(storage) == ["004_session_ends_projection"]
+        assert migrate(storage) == [m.name for m in load_migrations()[3:]]
         insert([r for n in range(6, 12) for r in session(n, 1500.0)], uuid.uuid4().hex)  # after
 
         sql = (
@@ -273,5 +288,42 @@ def test_upgrade_to_the_session_ends_projection_keeps_answers_exact(chdb_path):
         )
         assert lacking() == 0
         assert storage.query(sql, {"p": 1}) == from_rows
+    finally:
+        storage.close()
+
+
+def test_upgrade_to_event_dimensions_keeps_old_rows_with_defaults(chdb_path):
+    """Events written under schema 001-004 read after 005 with its defaults, and new rows can
+    carry the dimension columns beside them."""
+    storage = Storage(parse_url(f"chdb://{chdb_path}?database=d_{uuid.uuid4().hex[:10]}"), 1)
+    db = storage.database
+    try:
+        storage.command(migrations_table(db))
+        for migration in load_migrations()[:4]:
+            for statement in migration.statements(db):
+                storage.command(statement)
+            storage.insert(
+                f"{db}.schema_migrations",
+                [[migration.version], [migration.name], [migration.checksum]],
+                ["version", "name", "checksum"],
+            )
+        storage.command(
+            f"INSERT INTO {db}.events (project_id, name, occurred_at, received_at, url) "
+            "VALUES ('p', 'pageview', now64(3), now64(3), 'https://a.example/?utm_source=x')"
+        )
+        assert "005_event_dimensions" in migrate(storage)
+        storage.command(
+            f"INSERT INTO {db}.events (project_id, name, occurred_at, received_at, source, "
+            "channel, utm_source, country, is_bot) VALUES ('p', 'pageview', now64(3), now64(3), "
+            "'Google', 'Organic Search', 'g', 'DE', 1)"
+        )
+        rows = storage.query(
+            f"SELECT source, channel, utm_source, utm_medium, utm_campaign, utm_content, "
+            f"utm_term, country, is_bot FROM {db}.events ORDER BY is_bot"
+        )
+        assert rows == [
+            ("", "", "", "", "", "", "", "", 0),
+            ("Google", "Organic Search", "g", "", "", "", "", "DE", 1),
+        ]
     finally:
         storage.close()

@@ -15,6 +15,8 @@ node they run as written, ``${db}`` replaced by the database. On a cluster (``cl
   stored the events, so rollups live on the shard of their events.
 - an ``ALTER`` that adds a projection or changes a MergeTree setting alters ``T_local``: that is
   where the rows (and their projections) are stored.
+- an ``ALTER`` that adds a column alters ``T_local`` and then ``T``: the Distributed table must
+  know the column to pass it on.
 - ``schema_migrations`` is one replicated table with a replica on every node (no ``{shard}`` in
   its path), so the record is the same whichever node ``tally migrate`` talks to.
 """
@@ -78,6 +80,8 @@ _TABLE_REF = re.compile(r"\$\{db\}\.(\w+)")
 _ALTER_STORAGE = re.compile(
     r"\AALTER TABLE \$\{db\}\.(\w+) (?=(?:ADD|MATERIALIZE) PROJECTION |MODIFY SETTING )"
 )
+# ALTERs that change the columns: the local tables first, then the Distributed table in front.
+_ALTER_COLUMNS = re.compile(r"\AALTER TABLE \$\{db\}\.(\w+) (?=ADD COLUMN )")
 
 
 def _check_cluster(cluster: str) -> None:
@@ -138,6 +142,14 @@ def render_for_cluster(statement: str, cluster: str) -> list[str]:
             raise ValueError(f"table {alter[1]} is not a storage table")
         local = alter[1] + LOCAL_SUFFIX
         return [f"ALTER TABLE ${{db}}.{local} ON CLUSTER {cluster} " + statement[alter.end() :]]
+    if alter := _ALTER_COLUMNS.match(statement):
+        if alter[1] not in SHARDING_KEYS:
+            raise ValueError(f"table {alter[1]} is not a storage table")
+        change = statement[alter.end() :]
+        return [
+            f"ALTER TABLE ${{db}}.{alter[1]}{LOCAL_SUFFIX} ON CLUSTER {cluster} {change}",
+            f"ALTER TABLE ${{db}}.{alter[1]} ON CLUSTER {cluster} {change}",
+        ]
     raise ValueError(
         "cluster mode does not know how to render this statement; teach "
         f"tally/storage/migrate.py: {statement.splitlines()[0]}"
