@@ -575,3 +575,37 @@ def test_v2_response_shape() -> None:
         },
     }
     assert time_label("time:day", datetime(2026, 11, 19, 23, 59, tzinfo=zone)) == "2026-11-19"
+
+
+# --- the HTTP answer ------------------------------------------------------------------------------
+def test_invalid_query_leaves_as_400_with_details() -> None:
+    """What a controller that calls these parsers answers (the handler is registered app-wide)."""
+    from typing import Annotated, Any
+
+    from litestar import Litestar, Request, get, post
+    from litestar.params import QueryParameter
+    from litestar.testing import TestClient
+
+    from tally.http.errors import EXCEPTION_HANDLERS
+
+    @get("/f", sync_to_thread=False)
+    def f(filters: Annotated[str | None, QueryParameter()] = None) -> str:
+        return str(len(parse_filters(filters)))
+
+    @post("/q")
+    async def q(request: Request[Any, Any, Any]) -> str:
+        return parse_query(await request.body()).project_id
+
+    app = Litestar([f, q], exception_handlers=EXCEPTION_HANDLERS)
+    with TestClient(app) as client:
+        bad = client.get("/f", params={"filters": '[["is","path",["/"]],["like","path",["/"]]]'})
+        assert bad.status_code == 400
+        assert bad.json() == {
+            "error": "Invalid query",
+            "details": [{"path": "$.filters[1][0]", "message": OPS}],
+        }
+        assert client.get("/f", params={"filters": '[["is","path",["/"]]]'}).text == "1"
+        bad = client.post("/q", content=body(date_range="all"))
+        assert bad.status_code == 400
+        assert bad.json()["error"] == "Invalid payload"
+        assert bad.json()["details"][0]["path"] == "$.date_range"
