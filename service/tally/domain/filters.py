@@ -4,8 +4,11 @@ Plausible's Stats API v2), validated into frozen values the query layer turns in
 Rules (issue 17, README "Filters, ranges and comparison"):
 
 - Operators: ``is``, ``is_not`` (exact, case-sensitive), ``contains``, ``contains_not``
-  (substring, case-insensitive). The values of one filter combine with OR (``is_not`` and
-  ``contains_not`` keep what matches none of them); several filters combine with AND.
+  (substring after lowercasing both sides with Unicode's full lowercase mapping, as Python's
+  ``str.lower`` and ClickHouse's ``lowerUTF8`` do: ``position(lowerUTF8(col), lowerUTF8(v)) > 0``,
+  pinned by tests/test_filter_matching_engine.py; no wildcards, ``%`` and ``_`` are text).
+  The values of one filter combine with OR (``is_not`` and ``contains_not`` keep what matches
+  none of them); several filters combine with AND.
 - Session dimensions (``source``, ``channel``, ``utm*``, ``entryPage``, ``exitPage``) keep the
   sessions whose value matches, with all their events; event dimensions keep the matching events.
 - Limits: at most ``MAX_FILTERS`` filters, ``MAX_VALUES`` values per filter, ``MAX_VALUE_LENGTH``
