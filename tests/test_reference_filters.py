@@ -299,3 +299,22 @@ def test_v2_rows() -> None:
         last_day=DAY,
     )
     assert by_hour[("2026-11-20 15:00:00",)] == [3]  # 10:00 UTC is 15:45 in Kathmandu
+
+
+def test_readme_example_of_session_metrics() -> None:
+    """README, "Filters": the two-session example under ["contains","path",["/blog"]]."""
+    events = [
+        Ev("pageview", at(9), "/", session_id="a", visitor_id="x"),
+        Ev("pageview", at(9, 1), "/blog/a", session_id="a", visitor_id="x"),
+        Ev("session_end", at(9, 5), session_id="a", visitor_id="x", duration_ms=300_000),
+        Ev("pageview", at(10), "/blog/b", session_id="b", visitor_id="y"),
+        Ev("session_end", at(10, 0, 1), session_id="b", visitor_id="y"),
+    ]
+    sel = select(events, [["contains", "path", ["/blog"]]], zone=UTCZ, first_day=DAY, last_day=DAY)
+    got = summary(sel)
+    assert (
+        got["pageviews"],
+        got["uniqueSessions"],
+        got["bounceRate"],
+        got["avgSessionDurationMs"],
+    ) == (2, 2, 50.0, 150500)
