@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, date, datetime, timedelta
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, available_timezones
 
 import msgspec
 import pytest
@@ -609,3 +609,40 @@ def test_invalid_query_leaves_as_400_with_details() -> None:
         assert bad.status_code == 400
         assert bad.json()["error"] == "Invalid payload"
         assert bad.json()["details"][0]["path"] == "$.date_range"
+
+
+# --- ranges: properties ---------------------------------------------------------------------------
+ZONES = sorted(available_timezones())
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(ZONES), st.dates(date(1971, 1, 1), date(2037, 12, 31)))
+def test_a_local_day_starts_at_its_first_instant(zone_name, day) -> None:
+    zone = ZoneInfo(zone_name)
+    r = DateRange.of(day, day, zone)
+    assert r.start_utc.astimezone(zone).date() == day
+    assert (r.start_utc - timedelta(microseconds=1)).astimezone(zone).date() < day
+    assert r.end_utc.astimezone(zone).date() > day
+    assert (r.end_utc - timedelta(microseconds=1)).astimezone(zone).date() == day
+    # a local day is a day give or take a DST change (or a zone's own calendar change)
+    assert timedelta(hours=0) < r.end_utc - r.start_utc < timedelta(hours=48)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(st.none(), st.integers(-5, 100)),
+    st.one_of(st.none(), st.text(max_size=12), st.dates().map(date.isoformat)),
+    st.one_of(st.none(), st.text(max_size=12), st.dates().map(date.isoformat)),
+)
+def test_any_range_parameters_resolve_or_are_refused_plainly(days, from_, to) -> None:
+    try:
+        r = resolve_range(days, from_, to, zone=NY, now=NOW)
+    except InvalidQuery as exc:
+        assert exc.path in ("$.days", "$.from", "$.to") and exc.message
+        return
+    assert 1 <= r.days <= 366 and r.first_day <= r.last_day
+    for compare in ("previous_period", "previous_year"):
+        other = comparison_range(r, compare, NY).range
+        assert other.last_day < r.first_day or compare == "previous_year"
+        if compare == "previous_period":
+            assert other.days == r.days and other.end_utc == r.start_utc
