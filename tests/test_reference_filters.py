@@ -7,8 +7,12 @@ from datetime import UTC, date, datetime
 from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from reference_filters import (
+    ALL_DIMENSIONS,
+    SESSION_DIMENSIONS,
     Ev,
     breakdown,
     change,
@@ -318,3 +322,64 @@ def test_readme_example_of_session_metrics() -> None:
         got["bounceRate"],
         got["avgSessionDurationMs"],
     ) == (2, 2, 50.0, 150500)
+
+
+# --- properties of the model itself: a filter and its negation split the traffic ---------------
+words = st.sampled_from(["", "/", "/Blog", "/blog/ü", "Google", "google", "DE", "' OR 1=1 --"])
+
+
+@st.composite
+def traffic(draw) -> list[Ev]:
+    out = []
+    for i in range(draw(st.integers(0, 25))):
+        out.append(
+            Ev(
+                draw(st.sampled_from(["pageview", "pageview", "session_end", "signup"])),
+                at(draw(st.integers(0, 23)), draw(st.integers(0, 59)), i % 60),
+                path=draw(words),
+                referrer=draw(words),
+                session_id=draw(st.sampled_from(["", "s1", "s2", "s3"])),
+                visitor_id=draw(st.sampled_from(["", "v1", "v2"])),
+                browser=draw(words),
+                country=draw(words),
+                source=draw(words),
+                utm_term=draw(words),
+                is_bot=draw(st.booleans()),
+            )
+        )
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(traffic(), st.sampled_from(sorted(ALL_DIMENSIONS)), st.lists(words, min_size=1, max_size=2))
+def test_a_filter_and_its_negation_split_the_events(events, dim, values) -> None:
+    def totals(filters) -> dict:
+        return numbers_of(events, filters)
+
+    whole = totals([])
+    for yes, no in (("is", "is_not"), ("contains", "contains_not")):
+        a, b = totals([[yes, dim, values]]), totals([[no, dim, values]])
+        assert a["totalEvents"] + b["totalEvents"] == whole["totalEvents"]
+        assert a["pageviews"] + b["pageviews"] == whole["pageviews"]
+        if dim in SESSION_DIMENSIONS:  # whole sessions go one way or the other
+            assert a["uniqueSessions"] + b["uniqueSessions"] == whole["uniqueSessions"]
+
+
+def numbers_of(events, filters) -> dict:
+    return summary(select(events, filters, zone=UTCZ, first_day=DAY, last_day=DAY))
+
+
+@settings(max_examples=200, deadline=None)
+@given(traffic(), st.sampled_from(sorted(ALL_DIMENSIONS)))
+def test_breakdown_rows_add_up_to_the_total(events, by) -> None:
+    rows = breakdown(events, by, zone=UTCZ, first_day=DAY, last_day=DAY, limit=10_000)
+    empty = summary(select(events, [["is", by, [""]]], zone=UTCZ, first_day=DAY, last_day=DAY))
+    total = numbers_of(events, [])
+    assert sum(r["events"] for r in rows) + empty["totalEvents"] == total["totalEvents"]
+    for row in rows:  # each row is what filtering by its value gives
+        one = numbers_of(events, [["is", by, [row["value"]]]])
+        assert (row["events"], row["pageviews"], row["visitors"]) == (
+            one["totalEvents"],
+            one["pageviews"],
+            one["uniqueVisitors"],
+        )
