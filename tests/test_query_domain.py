@@ -493,6 +493,14 @@ V2_ERRORS = [
     (body(filters=[["matches", "path", ["^/a"]]]), "$.filters[0][0]", OPS),
     (body(filters=[["is", "path", []]]), "$.filters[0][2]", "must have at least one value"),
     (body(filters={"a": 1}), "$.filters", "Expected `array`, got `object`"),
+    (body(filters=[["is", ["visit:referrer"], ["x"]]]), "$.filters[0][1]", DIMS),
+    (body(filters=[["is", {"a": 1}, ["x"]]]), "$.filters[0][1]", DIMS),
+    (body(date_range=["today", "2026-01-01"]), "$.date_range[0]", "must be a date as YYYY-MM-DD"),
+    (
+        body(order_by=[["visitors", "desc"], ["visitors", "asc"]]),
+        "$.order_by[1][0]",
+        "'visitors' is given twice",
+    ),
     (
         body(order_by=[["visitors", "up"]]),
         "$.order_by[0]",
@@ -646,3 +654,45 @@ def test_any_range_parameters_resolve_or_are_refused_plainly(days, from_, to) ->
         assert other.last_day < r.first_day or compare == "previous_year"
         if compare == "previous_period":
             assert other.days == r.days and other.end_utc == r.start_utc
+
+
+near_bodies = st.fixed_dictionaries(
+    {
+        "site_id": st.just(SITE),
+        "metrics": st.lists(st.sampled_from(["visitors", "bounce_rate", "views", "events"])),
+        "date_range": st.one_of(
+            st.sampled_from(["day", "7d", "0d", "12mo", "13mo", "all"]),
+            st.lists(st.one_of(st.dates().map(date.isoformat), st.text(max_size=8)), max_size=3),
+            json_values,
+        ),
+    },
+    optional={
+        "dimensions": st.lists(
+            st.sampled_from([*DIMENSIONS, "time:day", "time:hour", "event:page", "visit:city"]),
+            max_size=5,
+        ),
+        "filters": st.one_of(near_filters, json_values),
+        "order_by": st.one_of(
+            st.lists(st.lists(st.sampled_from(["visitors", "path", "asc", "desc", "time:day"]))),
+            json_values,
+        ),
+        "pagination": st.one_of(
+            st.fixed_dictionaries({}, optional={"limit": st.integers(), "offset": st.integers()}),
+            json_values,
+        ),
+        "include": st.one_of(st.dictionaries(st.text(max_size=5), json_values), json_values),
+    },
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(near_bodies)
+def test_near_valid_v2_bodies_are_parsed_or_refused_plainly(fields) -> None:
+    try:
+        q = parse_query(json.dumps(fields).encode())
+    except InvalidQuery as exc:
+        assert exc.path.startswith("$") and exc.message and exc.error == INVALID_PAYLOAD
+        return
+    r = q.resolve_range(NY, NOW)
+    assert 1 <= r.days <= 366
+    assert {name for name, _ in q.order_by} <= set(q.metrics) | set(q.dimensions)

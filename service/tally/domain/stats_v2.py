@@ -165,6 +165,7 @@ def _bad(path: str, message: str) -> InvalidQuery:
 
 
 _SHORTHAND = re.compile(r"([1-9][0-9]{0,3})(d|mo)")
+_DATE_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]")
 
 
 def _date_range(value: str | list[str]) -> RangeRequest:
@@ -181,7 +182,7 @@ def _date_range(value: str | list[str]) -> RangeRequest:
             last = parse_date(value[1], f"{path}[1]")
             span = date_span(first, last, first_path=f"{path}[0]", last_path=f"{path}[1]")
         except InvalidQuery as exc:
-            if "T" in value[0] or "T" in value[1]:
+            if any(_DATE_TIME.match(v) for v in value):
                 raise _bad(
                     path,
                     "date-time ranges are not supported; give two dates "
@@ -254,7 +255,8 @@ def validate_query(body: QueryBody) -> V2Query:
         filters = validate_filters(body.filters, aliases=PLAUSIBLE_DIMENSIONS)
     except InvalidQuery as exc:
         for i, item in enumerate(body.filters):
-            if isinstance(item, list) and len(item) > 1 and item[1] in _NOT_THE_SAME:
+            name = item[1] if isinstance(item, list) and len(item) > 1 else None
+            if isinstance(name, str) and name in _NOT_THE_SAME:
                 raise _bad(
                     f"$.filters[{i}][1]", f"{item[1]!r} is not supported: " + _NOT_THE_SAME[item[1]]
                 ) from None
@@ -268,6 +270,8 @@ def validate_query(body: QueryBody) -> V2Query:
         name = PLAUSIBLE_DIMENSIONS.get(entry[0], entry[0])
         if name not in queried:
             raise _bad(f"$.order_by[{i}][0]", f"{entry[0]!r} is not a queried metric or dimension")
+        if any(name == named for named, _ in order):
+            raise _bad(f"$.order_by[{i}][0]", f"{entry[0]!r} is given twice")
         order.append((name, entry[1]))  # type: ignore[arg-type]
     order = _complete_order(order, metrics, dimensions)
 
