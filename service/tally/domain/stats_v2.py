@@ -255,10 +255,10 @@ def validate_query(body: QueryBody) -> V2Query:
         filters = validate_filters(body.filters, aliases=PLAUSIBLE_DIMENSIONS)
     except InvalidQuery as exc:
         for i, item in enumerate(body.filters):
-            name = item[1] if isinstance(item, list) and len(item) > 1 else None
-            if isinstance(name, str) and name in _NOT_THE_SAME:
+            given = item[1] if isinstance(item, list) and len(item) > 1 else None
+            if isinstance(given, str) and given in _NOT_THE_SAME:
                 raise _bad(
-                    f"$.filters[{i}][1]", f"{item[1]!r} is not supported: " + _NOT_THE_SAME[item[1]]
+                    f"$.filters[{i}][1]", f"{given!r} is not supported: " + _NOT_THE_SAME[given]
                 ) from None
         raise exc.as_payload() from None
 
