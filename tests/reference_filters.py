@@ -439,3 +439,75 @@ def v2_rows(
         }
         out[key] = [values[m] for m in metrics]
     return out
+
+
+def with_comparison(
+    events: Sequence[Ev],
+    filters: Sequence[Flt] = (),
+    *,
+    compare: str,
+    zone: ZoneInfo,
+    first_day: date,
+    last_day: date,
+    now: datetime,
+) -> dict[str, Any]:
+    """The dashboard of the range plus ``comparison: {from, to, summary, timeline, change}``."""
+    board = dashboard(events, filters, zone=zone, first_day=first_day, last_day=last_day, now=now)
+    if compare == "previous_period":
+        first, last = previous_period(first_day, last_day)
+    else:
+        first, last = previous_year(first_day, last_day)
+    sel = select(events, filters, zone=zone, first_day=first, last_day=last)
+    before = summary(sel)
+    board["comparison"] = {
+        "from": first.isoformat(),
+        "to": last.isoformat(),
+        "summary": before,
+        "timeline": timeline(sel, zone, first, last),
+        "change": compared(board["summary"], before),
+    }
+    return board
+
+
+def breakdown_with_comparison(
+    events: Sequence[Ev],
+    by: str,
+    filters: Sequence[Flt] = (),
+    *,
+    compare: str,
+    zone: ZoneInfo,
+    first_day: date,
+    last_day: date,
+    now: datetime | None = None,
+    limit: int = 10,
+) -> list[dict[str, Any]]:
+    """Breakdown rows of the range, each with ``comparison``: the same value's metrics in the
+    other range (0 when absent there) and their ``change``."""
+    rows = breakdown(
+        events,
+        by,
+        filters,
+        zone=zone,
+        first_day=first_day,
+        last_day=last_day,
+        now=now,
+        limit=limit,
+    )
+    if compare == "previous_period":
+        first, last = previous_period(first_day, last_day)
+    else:
+        first, last = previous_year(first_day, last_day)
+    earlier = {
+        r["value"]: r
+        for r in breakdown(
+            events, by, filters, zone=zone, first_day=first, last_day=last, limit=10**9
+        )
+    }
+    for row in rows:
+        other = earlier.get(row["value"], {"visitors": 0, "pageviews": 0, "events": 0})
+        metrics = {k: other[k] for k in ("visitors", "pageviews", "events")}
+        row["comparison"] = {
+            **metrics,
+            "change": compared({k: row[k] for k in metrics}, metrics),
+        }
+    return rows

@@ -3,7 +3,7 @@ cases: each number below was worked out on paper from the rules in its docstring
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -15,6 +15,7 @@ from reference_filters import (
     SESSION_DIMENSIONS,
     Ev,
     breakdown,
+    breakdown_with_comparison,
     change,
     compared,
     dashboard,
@@ -24,6 +25,7 @@ from reference_filters import (
     summary,
     timeline,
     v2_rows,
+    with_comparison,
 )
 
 UTCZ = ZoneInfo("UTC")
@@ -383,3 +385,53 @@ def test_breakdown_rows_add_up_to_the_total(events, by) -> None:
             one["pageviews"],
             one["uniqueVisitors"],
         )
+
+
+def test_comparison_of_the_dashboard_and_of_breakdown_rows() -> None:
+    week_before = [
+        Ev(
+            e.name,
+            e.occurred_at - timedelta(days=1),
+            e.path,
+            session_id=e.session_id + "p",
+            visitor_id=e.visitor_id,
+            source=e.source,
+            duration_ms=e.duration_ms,
+        )
+        for e in site()[:5]  # s1 and s2 a day earlier
+    ]
+    board = with_comparison(
+        site() + week_before,
+        [["is_not", "path", ["/pricing"]]],
+        compare="previous_period",
+        zone=UTCZ,
+        first_day=DAY,
+        last_day=DAY,
+        now=NOW,
+    )
+    comparison = board["comparison"]
+    assert (comparison["from"], comparison["to"]) == ("2026-11-19", "2026-11-19")
+    # now: s1 (3), s2 (2), s3 without /pricing events (1), e4 (1) = 7; before: s1, s2 = 5
+    assert (board["summary"]["totalEvents"], comparison["summary"]["totalEvents"]) == (7, 5)
+    assert comparison["change"]["totalEvents"] == 40.0
+    assert comparison["change"]["botEvents"] is None  # 0 before
+    assert comparison["timeline"] == [
+        {"day": "2026-11-19", "events": 5, "pageviews": 3, "visitors": 2}
+    ]
+    rows = breakdown_with_comparison(
+        site() + week_before,
+        "source",
+        compare="previous_period",
+        zone=UTCZ,
+        first_day=DAY,
+        last_day=DAY,
+    )
+    assert rows[0]["value"] == "Google"
+    assert rows[0]["comparison"] == {
+        "visitors": 1,
+        "pageviews": 2,
+        "events": 3,
+        "change": {"visitors": 100.0, "pageviews": 100.0, "events": 100.0},
+    }
+    assert rows[1]["value"] == "Direct / None"
+    assert rows[1]["comparison"]["change"] == {"visitors": None, "pageviews": None, "events": None}
