@@ -15,6 +15,7 @@ from litestar.status_codes import (
 )
 
 from ..domain.events import InvalidEvent
+from ..domain.query_errors import InvalidQuery
 from ..storage.writer import Overloaded, StorageUnavailable
 from .schemas import Error, ErrorDetail
 
@@ -116,6 +117,13 @@ def invalid_event_handler(_: Request[Any, Any, Any], exc: InvalidEvent) -> Respo
     )
 
 
+def invalid_query_handler(_: Request[Any, Any, Any], exc: InvalidQuery) -> Response[Error]:
+    """Filters, ranges, compare and v2 query bodies (domain parsers): 400 naming the part."""
+    return error_response(
+        HTTP_400_BAD_REQUEST, exc.error, [ErrorDetail(path=exc.path, message=exc.message)]
+    )
+
+
 def storage_handler(_: Request[Any, Any, Any], exc: Exception) -> Response[Error]:
     retry = "1" if isinstance(exc, Overloaded) else "2"
     return error_response(
@@ -132,6 +140,7 @@ EXCEPTION_HANDLERS: dict[Any, Any] = {
     ValidationException: validation_handler,
     HTTPException: http_handler,
     InvalidEvent: invalid_event_handler,
+    InvalidQuery: invalid_query_handler,
     StorageUnavailable: storage_handler,
     Overloaded: storage_handler,
     Exception: internal_handler,

@@ -1,0 +1,26 @@
+"""The one error of query validation: which part of the request is wrong, in plain words.
+
+Raised by the domain parsers of filters, ranges and the v2 query body (``filters``, ``ranges``,
+``stats_v2``); the HTTP layer turns it into 400 with ``{"error": <error>, "details": [{path,
+message}]}``. ``error`` is ``Invalid query`` for query-string parameters and ``Invalid payload``
+for a JSON body, as CONTRACT.md's error table says.
+"""
+
+from __future__ import annotations
+
+INVALID_QUERY = "Invalid query"
+INVALID_PAYLOAD = "Invalid payload"
+
+
+class InvalidQuery(ValueError):
+    """A request part that breaks a rule: ``path`` (JSONPath-like) and a plain-word ``message``."""
+
+    def __init__(self, path: str, message: str, error: str = INVALID_QUERY) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+        self.error = error
+
+    def as_payload(self) -> InvalidQuery:
+        """The same error reported against a JSON body (``Invalid payload``)."""
+        return InvalidQuery(self.path, self.message, INVALID_PAYLOAD)
