@@ -102,7 +102,9 @@ class ProjectController(Controller):
     ) -> s.ProjectCreated:
         user = _user(request)
         name = clean_name(data.name)
-        timezone = await clean_timezone(state, data.timezone or DEFAULT_TIMEZONE)
+        timezone = await clean_timezone(
+            state, DEFAULT_TIMEZONE if data.timezone is None else data.timezone
+        )
         project, key, record = await state.storage.run(
             state.store.create_project, user, name, timezone
         )
