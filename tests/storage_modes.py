@@ -89,7 +89,7 @@ def run_cluster_commands_on_one_node() -> None:
         return
 
     def command(self: Storage, sql: str, parameters: dict[str, Any] | None = None) -> Any:
-        if self.cluster:
+        if self.cluster and f" ON CLUSTER {self.cluster}" in sql:
             sql = for_one_embedded_node(sql, self.cluster)
         return original(self, sql, parameters)
 
