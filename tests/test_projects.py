@@ -438,6 +438,31 @@ def test_names_are_trimmed(client, user, name, stored_as):
     assert renamed.json()["name"] == stored_as[:-1] + "z"
 
 
+def test_the_documented_name_pattern_is_the_rule():
+    """The OpenAPI pattern and the server's check agree on every string (ECMAScript whitespace,
+    which is what JSON Schema validators and the page's String.trim use)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from tally.domain.projects import NAME_PATTERN, InvalidProject, clean_name
+
+    pattern = re.compile(NAME_PATTERN)
+    spaces = st.sampled_from([" ", "\t", "\n", "\u3000", "\u00a0", "\x1c", "\x85", "\ufeff"])
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.lists(st.one_of(spaces, st.characters()), max_size=70).map("".join))
+    def agree(name):
+        try:
+            clean_name(name)
+            accepted = True
+        except InvalidProject:
+            accepted = False
+        assert bool(pattern.match(name)) == accepted, repr(name)
+
+    agree()
+    assert clean_name("\x1cab\x1c") == "\x1cab\x1c"  # not ECMAScript whitespace: kept
+
+
 @pytest.mark.parametrize("name", ["   ", "\t\n", " a ", "", "a", "x" * 61, " " + "x" * 61 + " "])
 def test_blank_and_bad_names_are_refused(client, user, name):
     message = invalid(

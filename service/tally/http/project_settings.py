@@ -53,9 +53,8 @@ async def clean_timezone(state: State, timezone: str) -> str:
     return timezone
 
 
-# What the checks above enforce, as JSON Schema: trimmed names of 2-60 characters (``\s`` is
-# the whitespace ``str.strip`` removes), and the IANA zones by name.
-NAME_PATTERN = r"^\s*\S[\s\S]{0,58}\S\s*$"
+# What the checks above enforce, as JSON Schema: trimmed names of 2-60 characters, and the IANA
+# zones by name.
 
 
 def document_project_fields(components: dict[str, Schema]) -> None:
@@ -65,7 +64,10 @@ def document_project_fields(components: dict[str, Schema]) -> None:
         schema = components.get(body)
         if schema is None or not schema.properties:
             continue
-        for field, change in (("name", {"pattern": NAME_PATTERN}), ("timezone", {"enum": zones})):
+        for field, change in (
+            ("name", {"pattern": rules.NAME_PATTERN}),
+            ("timezone", {"enum": zones}),
+        ):
             for target in _string_schemas(schema.properties.get(field)):
                 for attr, value in change.items():
                     setattr(target, attr, value)
