@@ -16,7 +16,7 @@ ObjectId = Annotated[
     Meta(pattern=OBJECT_ID_PATTERN, description="24-character object identifier (lowercase hex)"),
 ]
 # Names are trimmed, then must be 2-60 characters (domain/projects.py says so in plain words);
-# the OpenAPI document states the same as a pattern (app.py).
+# the OpenAPI document states the same as a pattern (http/project_settings.py).
 ProjectName = Annotated[
     str,
     Meta(max_length=200, description="2 to 60 characters once surrounding whitespace is trimmed"),
