@@ -20,13 +20,21 @@ from typing import Any
 import pytest
 from litestar.testing import TestClient
 
-from storage_modes import CLUSTER_SHAPE, apply_cluster_shape, storage_overrides
+from storage_modes import (
+    CLUSTER_SHAPE,
+    apply_cluster_shape,
+    run_cluster_commands_on_one_node,
+    storage_overrides,
+)
 from tally.app import create_app
 from tally.config import Settings
 from tally.http.auth import issue_token
 from tally.storage.client import Storage, parse_url
 
 JWT_SECRET = "test-secret-0123456789abcdef0123456789"
+
+if CLUSTER_SHAPE:
+    run_cluster_commands_on_one_node()
 
 
 # Known at import, so that modules can build apps at collection time (schemathesis needs one).

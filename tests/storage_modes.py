@@ -81,6 +81,22 @@ def apply_cluster_shape(storage: Storage, retention_days: int = 0) -> None:
         storage.command(for_one_embedded_node(statement, cluster))
 
 
+def run_cluster_commands_on_one_node() -> None:
+    """Statements the service itself sends ``ON CLUSTER`` at run time (a project's deletion,
+    storage/purge.py) run in the cluster shape as :func:`for_one_embedded_node` renders them."""
+    original = Storage.command
+    if getattr(original, "one_node", False):
+        return
+
+    def command(self: Storage, sql: str, parameters: dict[str, Any] | None = None) -> Any:
+        if self.cluster and f" ON CLUSTER {self.cluster}" in sql:
+            sql = for_one_embedded_node(sql, self.cluster)
+        return original(self, sql, parameters)
+
+    command.one_node = True  # type: ignore[attr-defined]
+    Storage.command = command  # type: ignore[method-assign]
+
+
 def storage_overrides(chdb_path: Any, database: str) -> dict[str, Any]:
     """The settings that put one app's database where this run's storage is."""
     url = f"{SERVER_URL}/{database}" if SERVER_URL else f"chdb://{chdb_path}?database={database}"

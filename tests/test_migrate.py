@@ -327,3 +327,82 @@ def test_upgrade_to_event_dimensions_keeps_old_rows_with_defaults(chdb_path):
         ]
     finally:
         storage.close()
+
+
+def test_upgrade_to_project_settings_reads_old_projects_with_the_defaults(chdb_path):
+    """Projects written under schema 001-005 read after 006 as UTC, bots left out, not deleted;
+    they can be changed and deleted like new ones."""
+    from tally.domain.ids import next_version, object_id, utcnow
+    from tally.domain.projects import ProjectSettings
+    from tally.storage.projects import ProjectStore
+
+    storage = Storage(parse_url(f"chdb://{chdb_path}?database=s_{uuid.uuid4().hex[:10]}"), 1)
+    db = storage.database
+    try:
+        storage.command(migrations_table(db))
+        for migration in load_migrations()[:5]:
+            for statement in migration.statements(db):
+                storage.command(statement)
+            storage.insert(
+                f"{db}.schema_migrations",
+                [[migration.version], [migration.name], [migration.checksum]],
+                ["version", "name", "checksum"],
+            )
+        old, other = object_id(), object_id()
+        storage.insert(  # as schema 003 wrote projects
+            f"{db}.projects",
+            [[old, other], ["u", "u"], ["Old", "Other"], [utcnow()] * 2, [next_version()] * 2],
+            ["id", "owner_id", "name", "created_at", "version"],
+        )
+        assert "006_project_settings" in migrate(storage)
+        store = ProjectStore(storage)
+        projects = store.list_projects("u")
+        assert sorted((p.id, p.name, p.timezone, p.exclude_bots) for p in projects) == sorted(
+            [(old, "Old", "UTC", True), (other, "Other", "UTC", True)]
+        )
+        assert store.owned_settings("u", old) == ProjectSettings("UTC", True)
+        assert store.update_project("u", old, timezone="Asia/Kolkata").timezone == "Asia/Kolkata"
+        store.mark_deleted("u", store.get_project("u", other))
+        assert [(p.id, p.timezone) for p in store.list_projects("u")] == [(old, "Asia/Kolkata")]
+        assert not store.owns("u", other)
+    finally:
+        storage.close()
+
+
+def test_project_deletion_in_cluster_mode_mutates_the_local_tables():
+    """The rows live in the _local tables: that is where the DELETE mutations go, ON CLUSTER."""
+    from tally.storage.purge import delete_statements
+
+    assert delete_statements("tally", ["events_local", "sessions_daily_local"], "c") == [
+        "ALTER TABLE tally.events_local ON CLUSTER c DELETE WHERE project_id = {project:String} "
+        "SETTINGS mutations_sync = 2",
+        "ALTER TABLE tally.sessions_daily_local ON CLUSTER c DELETE WHERE "
+        "project_id = {project:String} SETTINGS mutations_sync = 2",
+    ]
+    assert delete_statements("tally", ["events"]) == [
+        "ALTER TABLE tally.events DELETE WHERE project_id = {project:String} "
+        "SETTINGS mutations_sync = 2"
+    ]
+
+
+def test_project_tables_in_cluster_mode_are_the_local_ones(chdb_path, tmp_path):
+    """Found on a database laid out as cluster mode lays it out (local tables, Distributed
+    ones by the public names): only the local tables, api_keys left out."""
+    from storage_modes import for_one_embedded_node
+    from tally.storage.purge import project_tables
+
+    storage = Storage(parse_url(f"chdb://{chdb_path}?database=c_{uuid.uuid4().hex[:10]}"), 1)
+    try:
+        for migration in load_migrations():
+            for statement in migration.statements(storage.database, "c"):
+                table = statement.split(" ON CLUSTER ", 1)[0].split(".")[-1]
+                if "Distributed(" in statement or not table.endswith("_local"):
+                    continue  # the Distributed tables need the cluster defined; not needed here
+                storage.command(for_one_embedded_node(statement, "c"))
+        storage.cluster = "c"
+        found = project_tables(storage)
+        assert "events_local" in found and "sessions_daily_local" in found
+        assert all(t.endswith("_local") for t in found)
+        assert "api_keys_local" not in found
+    finally:
+        storage.close()

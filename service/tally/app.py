@@ -26,6 +26,7 @@ from .http.auth import SessionVerifier
 from .http.controllers import ProjectController, collect, dashboard, health
 from .http.errors import EXCEPTION_HANDLERS
 from .http.pages import PAGE_HANDLERS, WebFiles
+from .http.project_settings import document_project_fields
 from .http.ratelimit import RateLimits
 from .http.schemas import CLOSED_BODIES
 from .http.timeouts import body_deadline
@@ -54,7 +55,7 @@ OPENAPI = OpenAPIConfig(
 
 CORS = CORSConfig(
     allow_origins=["*"],
-    allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
+    allow_methods=["GET", "POST", "PATCH", "DELETE", "OPTIONS"],
     allow_headers=["content-type", "x-api-key", "authorization"],
     max_age=86400,
 )
@@ -158,6 +159,7 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
 def _complete_openapi(app: Litestar) -> None:
     """Say in the document what msgspec enforces but Litestar does not translate."""
     components = app.openapi_schema.components.schemas or {}
+    document_project_fields(components)
     for name in CLOSED_BODIES:  # forbid_unknown_fields
         if name in components:
             components[name].additional_properties = False

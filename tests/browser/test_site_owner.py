@@ -669,3 +669,68 @@ def test_dashboard_page_signs_in_and_manages_projects_and_keys(tally, browser, w
     page.get_by_role("heading", name="Sign in to Tally").wait_for()
     context.close()
     watch.assert_clean(FAILED_LOAD.format(401))
+
+
+def test_project_settings_rename_zone_bot_rule_and_delete(tally, browser, watch):
+    user = f"owner-{uuid.uuid4().hex[:8]}"
+    context = browser.new_context(viewport=PHONE, is_mobile=True, timezone_id="Europe/Berlin")
+    page = watch(context.new_page())
+    page.goto(f"{tally}/#token={token(user)}")
+    page.get_by_text("No projects yet").wait_for()
+
+    # A new project: the browser's zone is suggested and taken.
+    assert page.input_value("#project-zone") == "Europe/Berlin"
+    page.fill("#project-name", "  Shop  ")
+    page.get_by_role("button", name="Create project").click()
+    key = page.locator("[data-testid=new-key] [data-testid=api-key]").input_value()
+    (listed,) = httpx.get(f"{tally}/api/projects", headers=headers(user)).json()["projects"]
+    assert (listed["name"], listed["timezone"], listed["excludeBots"]) == (
+        "Shop",
+        "Europe/Berlin",
+        True,
+    )
+
+    # Its page names its zone; the settings change name, zone and bot rule.
+    page.goto(f"{tally}/?project={listed['id']}&tab=settings")
+    page.get_by_text("Time zone: Europe/Berlin").wait_for()
+    assert page.input_value("#settings-name") == "Shop"
+    assert page.input_value("#settings-zone") == "Europe/Berlin"
+    assert page.is_checked("#settings-bots")
+    page.fill("#settings-name", " Shop online ")
+    page.select_option("#settings-zone", "America/New_York")
+    page.uncheck("#settings-bots")
+    page.get_by_role("button", name="Save settings").click()
+    page.get_by_text("Time zone: America/New_York").wait_for()
+    assert page.text_content("#project-title") == "Shop online"
+    (listed,) = httpx.get(f"{tally}/api/projects", headers=headers(user)).json()["projects"]
+    assert (listed["name"], listed["timezone"], listed["excludeBots"]) == (
+        "Shop online",
+        "America/New_York",
+        False,
+    )
+    screenshot(page, "settings-phone.png")
+
+    # A bad name is refused in words, and nothing changes.
+    page.fill("#settings-name", "   x ")
+    page.get_by_role("button", name="Save settings").click()
+    page.get_by_text("once surrounding spaces are trimmed").wait_for()
+    assert httpx.get(f"{tally}/api/projects", headers=headers(user)).json()["projects"] == [listed]
+
+    # Delete: only once the name is typed; then the keys are refused and the project is gone.
+    remove = page.locator("#delete-project")
+    assert remove.is_disabled()
+    page.fill("#delete-confirm", "Shop")
+    assert remove.is_disabled()
+    page.fill("#delete-confirm", "Shop online")
+    remove.click()
+    page.get_by_text("No projects yet").wait_for()
+    refused = httpx.post(
+        f"{tally}/api/collect", json={"events": [{"name": "x"}]}, headers={"x-api-key": key}
+    )
+    assert (refused.status_code, refused.json()) == (401, {"error": "Invalid API key"})
+    gone = httpx.get(
+        f"{tally}/api/dashboard", params={"projectId": listed["id"]}, headers=headers(user)
+    )
+    assert gone.status_code == 404
+    context.close()
+    watch.assert_clean(FAILED_LOAD.format(400))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any
 
-from litestar import Controller, Request, delete, get, post
+from litestar import Controller, Request, delete, get, patch, post
 from litestar.datastructures import State
 from litestar.exceptions import NotFoundException
 from litestar.openapi.datastructures import ResponseSpec
@@ -17,11 +17,13 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_202_ACCEPTED, HTTP_204_
 from ..domain import events as event_rules
 from ..domain.ids import OBJECT_ID_PATTERN, iso, utcnow
 from ..domain.metrics import MAX_DAYS, Window
+from ..domain.projects import DEFAULT_TIMEZONE
 from ..storage import dashboard as dashboard_queries
 from ..storage.projects import ProjectStore
 from . import schemas as s
 from .auth import api_key_guard, session_guard
 from .decoding import StructDTO
+from .project_settings import clean_name, clean_timezone, listed
 from .ratelimit import RateLimits, client_ip
 from .views import build_dashboard
 
@@ -85,9 +87,7 @@ class ProjectController(Controller):
     async def list_projects(self, request: Request[Any, Any, Any], state: State) -> s.ProjectList:
         user = _user(request)
         rows = await state.storage.run(state.store.list_projects, user)
-        return s.ProjectList(
-            projects=[s.Project(id=r.id, name=r.name, created_at=iso(r.created_at)) for r in rows]
-        )
+        return s.ProjectList(projects=[listed(r) for r in rows])
 
     @post(
         "/",
@@ -101,9 +101,64 @@ class ProjectController(Controller):
         self, request: Request[Any, Any, Any], state: State, data: JSONBody[s.CreateProject]
     ) -> s.ProjectCreated:
         user = _user(request)
-        project, key, record = await state.storage.run(state.store.create_project, user, data.name)
+        name = clean_name(data.name)
+        timezone = await clean_timezone(
+            state, DEFAULT_TIMEZONE if data.timezone is None else data.timezone
+        )
+        project, key, record = await state.storage.run(
+            state.store.create_project, user, name, timezone
+        )
         state.registry.apply(record)
         return s.ProjectCreated(project_id=project.id, api_key=key)
+
+    @patch(
+        "/",
+        responses=_errors(400, 401, 404, 429, 503),
+        summary="Rename a project, or change its time zone or bot rule",
+        description="Only the fields given change. 200 with the project as listed.",
+        dto=StructDTO[s.UpdateProject],
+        return_dto=None,
+    )
+    async def update_project(
+        self, request: Request[Any, Any, Any], state: State, data: JSONBody[s.UpdateProject]
+    ) -> s.Project:
+        user = _user(request)
+        name = None if data.name is None else clean_name(data.name)
+        timezone = None if data.timezone is None else await clean_timezone(state, data.timezone)
+        row = await state.storage.run(
+            state.store.update_project,
+            user,
+            data.project_id,
+            name=name,
+            timezone=timezone,
+            exclude_bots=data.exclude_bots,
+        )
+        if row is None:
+            raise NotFoundException(detail="Project not found")
+        return listed(row)
+
+    @delete(
+        "/",
+        status_code=HTTP_204_NO_CONTENT,
+        responses=_errors(400, 401, 404, 429, 503),
+        summary="Delete a project, its keys, events and rollup rows",
+        description="Its keys stop working at once; 204 once its rows are deleted everywhere.",
+    )
+    async def delete_project(
+        self, request: Request[Any, Any, Any], state: State, project_id: ProjectIdParam
+    ) -> None:
+        user = _user(request)
+        store: ProjectStore = state.store
+        project = await state.storage.run(store.get_project, user, project_id)
+        if project is None:
+            raise NotFoundException(detail="Project not found")
+        # Keys first (this process refuses them from now on, others within the key refresh),
+        # then the rows, then the marker: a failure part-way leaves the project listed, so the
+        # owner can simply delete it again.
+        for record in await state.storage.run(store.revoke_project_keys, project_id):
+            state.registry.apply(record)
+        await state.storage.run(store.purge_project_rows, project_id)
+        await state.storage.run(store.mark_deleted, user, project)
 
     @get("/keys", responses=_errors(400, 401, 404, 429, 503), summary="List a project's API keys")
     async def list_keys(

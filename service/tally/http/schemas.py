@@ -15,7 +15,15 @@ ObjectId = Annotated[
     str,
     Meta(pattern=OBJECT_ID_PATTERN, description="24-character object identifier (lowercase hex)"),
 ]
-ProjectName = Annotated[str, Meta(min_length=2, max_length=60)]
+# Names are trimmed, then must be 2-60 characters (domain/projects.py says so in plain words);
+# the OpenAPI document states the same as a pattern (http/project_settings.py).
+ProjectName = Annotated[
+    str,
+    Meta(max_length=200, description="2 to 60 characters once surrounding whitespace is trimmed"),
+]
+Timezone = Annotated[
+    str, Meta(max_length=64, description="IANA time zone, e.g. Europe/Berlin (default UTC)")
+]
 KeyLabel = Annotated[str, Meta(min_length=1, max_length=60)]
 Days = Annotated[int, Meta(ge=1, le=MAX_DAYS, description="lookback window in UTC calendar days")]
 
@@ -39,7 +47,7 @@ OccurredAt = Annotated[
 ]
 
 # Request bodies whose unknown fields are refused (documented as additionalProperties: false).
-CLOSED_BODIES = ("CollectBody", "Event", "CreateProject", "CreateKey")
+CLOSED_BODIES = ("CollectBody", "Event", "CreateProject", "CreateKey", "UpdateProject")
 Metadata = Annotated[
     dict[MetadataKey, MetadataValue],
     Meta(
@@ -71,6 +79,16 @@ class Accepted(Struct):
 
 class CreateProject(Struct, forbid_unknown_fields=True):
     name: ProjectName
+    timezone: Timezone | None = None
+
+
+class UpdateProject(Struct, rename="camel", forbid_unknown_fields=True):
+    """The fields given change; the others stay."""
+
+    project_id: ObjectId
+    name: ProjectName | None = None
+    timezone: Timezone | None = None
+    exclude_bots: bool | None = None
 
 
 class ProjectCreated(Struct, rename="camel"):
@@ -82,6 +100,8 @@ class Project(Struct, rename="camel"):
     id: str
     name: str
     created_at: str
+    timezone: str
+    exclude_bots: bool
 
 
 class ProjectList(Struct):

@@ -136,6 +136,12 @@ class KeyRegistry:
         if not self._usage:
             return
         usage, self._usage = self._usage, {}
+        # Keys revoked meanwhile (a deleted project's, above all) are not written: a deleted
+        # project's usage rows must not come back after its rows were deleted.
+        live = {record.id for record in self._live.values()}
+        usage = {key_id: value for key_id, value in usage.items() if key_id in live}
+        if not usage:
+            return
         try:
             await asyncio.to_thread(self.store.record_usage, usage)
         except Exception:

@@ -1,18 +1,38 @@
-"""Projects and API keys in ClickHouse: versioned rows, current state read with FINAL."""
+"""Projects and API keys in ClickHouse: versioned rows, current state read with FINAL.
+
+A project is changed (renamed, its zone or bot rule set) and deleted by writing a new version of
+its row; a deleted one keeps its row with ``deleted_at`` set, and every read leaves it out."""
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from ..domain.ids import as_utc, hash_key, key_preview, new_api_key, next_version, object_id, utcnow
+from ..domain.projects import DEFAULT_EXCLUDE_BOTS, DEFAULT_TIMEZONE, ProjectSettings
 from .client import Storage
+from .purge import purge_project
 
-# Ownership answers kept in process. Only "yes" is kept: a project's owner never changes and a
-# project is never deleted, so a yes stays true, while a no may turn (the project may be created
-# on another worker a moment later).
+# Ownership and settings answers kept in process, per (owner, project). Only "yes" is kept (with
+# the project's settings): a no may turn a moment later (the project created on another worker).
+# A yes is forgotten at once when this process changes or deletes the project, and after
+# SETTINGS_TTL_SECONDS otherwise: that bounds how long a PATCH or DELETE made by another process
+# takes to show here (a deleted project's dashboard answers 404 everywhere within it).
 OWNED_CACHE_SIZE = 10_000
+SETTINGS_TTL_SECONDS = 5.0
+PROJECT_COLUMNS = (
+    "id",
+    "owner_id",
+    "name",
+    "created_at",
+    "timezone",
+    "exclude_bots",
+    "deleted_at",
+    "version",
+)
 DEFAULT_LABEL = "Default"
 UNTITLED_LABEL = "Untitled"
 KEY_COLUMNS = (
@@ -33,6 +53,12 @@ class ProjectRow:
     id: str
     name: str
     created_at: datetime
+    timezone: str = DEFAULT_TIMEZONE
+    exclude_bots: bool = DEFAULT_EXCLUDE_BOTS
+
+    @property
+    def settings(self) -> ProjectSettings:
+        return ProjectSettings(timezone=self.timezone, exclude_bots=self.exclude_bots)
 
 
 @dataclass(frozen=True)
@@ -56,53 +82,184 @@ class KeyRecord:
 
 
 class ProjectStore:
-    def __init__(self, storage: Storage) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        settings_ttl: float = SETTINGS_TTL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.storage = storage
         self.db = storage.database
-        self._owned: dict[tuple[str, str], None] = {}  # insertion order: oldest first
+        self.settings_ttl = settings_ttl
+        self._clock = clock
+        # (owner, project) -> (settings, expires at); insertion order: oldest first
+        self._owned: dict[tuple[str, str], tuple[ProjectSettings, float]] = {}
         self._owned_lock = threading.Lock()
+        self._zones: set[str] = set()  # time zones the engine was found to know
 
     # --- projects ----------------------------------------------------------------------------
-    def create_project(self, owner_id: str, name: str) -> tuple[ProjectRow, str, KeyRecord]:
-        """Create a project and its ``Default`` key; return the project, the key and its record."""
+    def create_project(
+        self, owner_id: str, name: str, timezone: str = DEFAULT_TIMEZONE
+    ) -> tuple[ProjectRow, str, KeyRecord]:
+        """Create a project and its ``Default`` key; return the project, the key and its record.
+
+        ``name`` and ``timezone`` are taken as given: domain/projects.py checks them."""
         now = utcnow()
-        project = ProjectRow(id=object_id(), name=name, created_at=now)
-        self.storage.insert(
-            f"{self.db}.projects",
-            [[project.id], [owner_id], [name], [now], [next_version()]],
-            ["id", "owner_id", "name", "created_at", "version"],
-        )
+        project = ProjectRow(id=object_id(), name=name, created_at=now, timezone=timezone)
+        self._write_project(owner_id, project, deleted_at=None)
         key, record = self.create_key(project.id, DEFAULT_LABEL)
-        self._remember_owner(owner_id, project.id)
+        self._remember(owner_id, project.id, project.settings)
         return project, key, record
 
     def list_projects(self, owner_id: str) -> list[ProjectRow]:
+        """The owner's projects, oldest first; deleted ones are left out."""
         rows = self.storage.query(
-            f"SELECT id, name, created_at FROM {self.db}.projects FINAL "
-            "WHERE owner_id = {owner:String} ORDER BY created_at, id",
+            f"SELECT id, name, created_at, timezone, exclude_bots FROM {self.db}.projects FINAL "
+            "WHERE owner_id = {owner:String} AND deleted_at IS NULL ORDER BY created_at, id",
             {"owner": owner_id},
         )
-        return [ProjectRow(id=r[0], name=r[1], created_at=r[2]) for r in rows]
+        return [_project(r) for r in rows]
 
-    def owns(self, owner_id: str, project_id: str) -> bool:
-        """Whether ``owner_id`` owns ``project_id``; a yes is remembered, a no asked again."""
-        if (owner_id, project_id) in self._owned:
-            return True
+    def get_project(self, owner_id: str, project_id: str) -> ProjectRow | None:
+        """The project as listed, when ``owner_id`` owns it and it is not deleted."""
         rows = self.storage.query(
-            f"SELECT count() FROM {self.db}.projects "
-            "WHERE owner_id = {owner:String} AND id = {id:String}",
+            f"SELECT id, name, created_at, timezone, exclude_bots FROM {self.db}.projects FINAL "
+            "WHERE owner_id = {owner:String} AND id = {id:String} AND deleted_at IS NULL",
             {"owner": owner_id, "id": project_id},
         )
-        owned = bool(rows and rows[0][0])
-        if owned:
-            self._remember_owner(owner_id, project_id)
-        return owned
+        return _project(rows[0]) if rows else None
 
-    def _remember_owner(self, owner_id: str, project_id: str) -> None:
+    def owned_settings(self, owner_id: str, project_id: str) -> ProjectSettings | None:
+        """The project's settings when ``owner_id`` owns it (and it is not deleted), else None.
+
+        One query, then remembered for ``settings_ttl`` seconds; this process's own changes
+        replace or forget the remembered answer at once."""
+        key = (owner_id, project_id)
+        hit = self._owned.get(key)
+        if hit is not None and hit[1] > self._clock():
+            return hit[0]
+        project = self.get_project(owner_id, project_id)
+        if project is None:
+            self._forget(project_id)
+            return None
+        self._remember(owner_id, project_id, project.settings)
+        return project.settings
+
+    def owns(self, owner_id: str, project_id: str) -> bool:
+        """Whether ``owner_id`` owns ``project_id`` (not deleted); see :meth:`owned_settings`."""
+        return self.owned_settings(owner_id, project_id) is not None
+
+    def update_project(
+        self,
+        owner_id: str,
+        project_id: str,
+        *,
+        name: str | None = None,
+        timezone: str | None = None,
+        exclude_bots: bool | None = None,
+    ) -> ProjectRow | None:
+        """Write a new version with the given fields changed; None when not the owner's."""
+        current = self.get_project(owner_id, project_id)
+        if current is None:
+            self._forget(project_id)
+            return None
+        changes: dict[str, object] = {}
+        if name is not None:
+            changes["name"] = name
+        if timezone is not None:
+            changes["timezone"] = timezone
+        if exclude_bots is not None:
+            changes["exclude_bots"] = exclude_bots
+        updated = replace(current, **changes)  # type: ignore[arg-type]
+        self._write_project(owner_id, updated, deleted_at=None)
+        self._remember(owner_id, project_id, updated.settings)
+        return updated
+
+    def revoke_project_keys(self, project_id: str) -> list[KeyRecord]:
+        """Revoke every live key of the project in one INSERT; return their new records."""
+        rows = self.storage.query(
+            f"SELECT id, key_hash, key_preview, label, created_at FROM {self.db}.api_keys FINAL "
+            "WHERE project_id = {project:String} AND revoked_at IS NULL",
+            {"project": project_id},
+        )
+        if not rows:
+            return []
+        now = utcnow()
+        versions = [next_version() for _ in rows]
+        self.storage.insert(
+            f"{self.db}.api_keys",
+            [
+                [r[0] for r in rows],
+                [project_id] * len(rows),
+                [r[1] for r in rows],
+                [r[2] for r in rows],
+                [r[3] for r in rows],
+                [r[4] for r in rows],
+                [now] * len(rows),
+                [now] * len(rows),
+                versions,
+            ],
+            KEY_COLUMNS,
+        )
+        return [
+            KeyRecord(id=r[0], project_id=project_id, key_hash=r[1], revoked=True, updated_at=now)
+            for r in rows
+        ]
+
+    def purge_project_rows(self, project_id: str) -> list[str]:
+        """Delete the project's events, rollup rows and key usage from every table that holds
+        them (storage/purge.py); return the tables."""
+        return purge_project(self.storage, project_id)
+
+    def mark_deleted(self, owner_id: str, project: ProjectRow) -> None:
+        """Write the project's deleted marker and forget it here: it is no longer listed or
+        owned."""
+        self._write_project(owner_id, project, deleted_at=utcnow())
+        self._forget(project.id)
+
+    def zone_supported(self, timezone: str) -> bool:
+        """Whether the engine knows ``timezone`` (the dashboard computes days in it)."""
+        if timezone in self._zones:
+            return True
+        rows = self.storage.query(
+            "SELECT count() FROM system.time_zones WHERE time_zone = {tz:String}",
+            {"tz": timezone},
+        )
+        known = bool(rows and rows[0][0])
+        if known:
+            self._zones.add(timezone)
+        return known
+
+    def _write_project(
+        self, owner_id: str, project: ProjectRow, *, deleted_at: datetime | None
+    ) -> None:
+        """Write a new version of a project's row (ReplacingMergeTree keeps the highest)."""
+        self.storage.insert(
+            f"{self.db}.projects",
+            [
+                [project.id],
+                [owner_id],
+                [project.name],
+                [project.created_at],
+                [project.timezone],
+                [1 if project.exclude_bots else 0],
+                [deleted_at],
+                [next_version()],
+            ],
+            PROJECT_COLUMNS,
+        )
+
+    def _remember(self, owner_id: str, project_id: str, settings: ProjectSettings) -> None:
         with self._owned_lock:
-            self._owned[(owner_id, project_id)] = None
+            self._owned.pop((owner_id, project_id), None)
+            self._owned[(owner_id, project_id)] = (settings, self._clock() + self.settings_ttl)
             while len(self._owned) > OWNED_CACHE_SIZE:
                 del self._owned[next(iter(self._owned))]
+
+    def _forget(self, project_id: str) -> None:
+        with self._owned_lock:
+            for key in [k for k in self._owned if k[1] == project_id]:
+                del self._owned[key]
 
     # --- keys --------------------------------------------------------------------------------
     def create_key(self, project_id: str, label: str | None) -> tuple[str, KeyRecord]:
@@ -229,3 +386,13 @@ class ProjectStore:
             [[usage[k][0] for k in keys], keys, [usage[k][1] for k in keys]],
             ["project_id", "key_id", "last_used_at"],
         )
+
+
+def _project(row: tuple[object, ...]) -> ProjectRow:
+    return ProjectRow(
+        id=str(row[0]),
+        name=str(row[1]),
+        created_at=as_utc(row[2]),  # type: ignore[arg-type]
+        timezone=str(row[3]),
+        exclude_bots=bool(row[4]),
+    )

@@ -158,7 +158,7 @@
     const days = Number(q.get('days'));
     return {
       project: q.get('project') || '',
-      tab: q.get('tab') === 'keys' ? 'keys' : 'dashboard',
+      tab: ['keys', 'settings'].includes(q.get('tab')) ? q.get('tab') : 'dashboard',
       days: WINDOWS.some(([d]) => d === days) ? days : DEFAULT_DAYS,
     };
   }
@@ -259,6 +259,26 @@
     return h('nav', { class: 'crumbs', 'aria-label': 'Breadcrumb' }, parts.map((p, i) => [i ? h('span', { class: 'sep', text: '/' }) : null, p]));
   }
 
+  // --- time zones ---------------------------------------------------------------------------------
+
+  function browserZone() {
+    try {
+      return Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC';
+    } catch (e) {
+      return 'UTC';
+    }
+  }
+
+  // A select of the browser's IANA zones (Tally refuses, in words, any the server does not know).
+  function zoneSelect(id, current) {
+    const zones = typeof Intl.supportedValuesOf === 'function' ? Intl.supportedValuesOf('timeZone').slice() : [];
+    for (const z of ['UTC', current]) if (z && !zones.includes(z)) zones.push(z);
+    zones.sort();
+    const select = h('select', { id, name: 'timezone' }, zones.map((z) => h('option', { value: z, text: z.replaceAll('_', ' ') })));
+    select.value = current;
+    return select;
+  }
+
   // --- projects -------------------------------------------------------------------------------------
 
   async function projectsView(gen) {
@@ -273,6 +293,7 @@
       placeholder: 'My site',
       autocomplete: 'off',
     });
+    const zone = zoneSelect('project-zone', browserZone());
     const button = h('button', { type: 'submit', class: 'primary', text: 'Create project' });
     const form = h(
       'form',
@@ -283,7 +304,7 @@
           e.preventDefault();
           button.disabled = true;
           try {
-            const made = await api('POST', '/api/projects', { name: name.value.trim() });
+            const made = await api('POST', '/api/projects', { name: name.value.trim(), timezone: zone.value });
             name.value = '';
             created.replaceChildren(reveal(made.apiKey, 'Project created', made.projectId));
             await fill();
@@ -296,6 +317,8 @@
       },
       h('label', { for: 'project-name', class: 'sr-only', text: 'Project name' }),
       name,
+      h('label', { for: 'project-zone', class: 'sr-only', text: 'Time zone' }),
+      zone,
       button
     );
 
@@ -312,7 +335,7 @@
             'ul',
             { class: 'projects' },
             projects.map((p) =>
-              h('li', { class: 'card' }, link(p.name, { project: p.id }, { class: 'project-link' }), h('span', { class: 'muted', text: `created ${day(p.createdAt)}` }))
+              h('li', { class: 'card' }, link(p.name, { project: p.id }, { class: 'project-link' }), h('span', { class: 'muted', text: `created ${day(p.createdAt)} · ${p.timezone}` }))
             )
           )
         );
@@ -379,7 +402,7 @@
       return;
     }
     const tab = (name, label) =>
-      link(label, { project: project.id, tab: name === 'keys' ? 'keys' : '', days: r.days === DEFAULT_DAYS ? '' : r.days }, {
+      link(label, { project: project.id, tab: name === 'dashboard' ? '' : name, days: r.days === DEFAULT_DAYS ? '' : r.days }, {
         class: `tab${r.tab === name ? ' active' : ''}`,
         'aria-current': r.tab === name ? 'page' : null,
       });
@@ -389,12 +412,84 @@
         'section',
         {},
         crumbs(link('Projects', {}), h('span', { text: project.name })),
-        h('div', { class: 'title-row' }, h('h1', { id: 'project-title', text: project.name }), h('nav', { class: 'tabs' }, tab('dashboard', 'Dashboard'), tab('keys', 'Keys & snippet'))),
+        h(
+          'div',
+          { class: 'title-row' },
+          h('h1', { id: 'project-title', text: project.name }),
+          h('nav', { class: 'tabs' }, tab('dashboard', 'Dashboard'), tab('keys', 'Keys & snippet'), tab('settings', 'Settings'))
+        ),
+        h('p', { class: 'muted zone', 'data-testid': 'project-zone', text: `Time zone: ${project.timezone}` }),
         content
       )
     );
     if (r.tab === 'keys') await keysView(project, content, gen);
+    else if (r.tab === 'settings') settingsView(project, content);
     else await dashboardView(project, r.days, content, gen);
+  }
+
+  // --- project settings -----------------------------------------------------------------------------
+
+  function settingsView(project, where) {
+    const status = h('div', { id: 'settings-status' });
+    const name = h('input', { id: 'settings-name', name: 'name', required: true, minlength: 2, maxlength: 60, value: project.name, autocomplete: 'off' });
+    const zone = zoneSelect('settings-zone', project.timezone);
+    const bots = h('input', { id: 'settings-bots', name: 'excludeBots', type: 'checkbox', class: 'check' });
+    bots.checked = project.excludeBots;
+    const save = h('button', { type: 'submit', class: 'primary', text: 'Save settings' });
+    const form = h(
+      'form',
+      {
+        class: 'card stack settings',
+        id: 'project-settings',
+        onsubmit: async (e) => {
+          e.preventDefault();
+          const body = { projectId: project.id };
+          if (name.value.trim() !== project.name) body.name = name.value.trim();
+          if (zone.value !== project.timezone) body.timezone = zone.value;
+          if (bots.checked !== project.excludeBots) body.excludeBots = bots.checked;
+          save.disabled = true;
+          try {
+            await api('PATCH', '/api/projects', body);
+            render(); // the title and the zone line show the new values
+          } catch (err) {
+            showError(status, err);
+            save.disabled = false;
+          }
+        },
+      },
+      h('label', { for: 'settings-name', text: 'Name' }),
+      name,
+      h('label', { for: 'settings-zone', text: 'Time zone: the project’s days and hours' }),
+      zone,
+      h('label', { class: 'check-row' }, bots, ' Leave bot traffic (crawlers, monitors, headless browsers) out of the numbers'),
+      h('div', {}, save)
+    );
+
+    const confirmName = h('input', { id: 'delete-confirm', autocomplete: 'off', placeholder: project.name });
+    const remove = h('button', { type: 'button', class: 'danger', id: 'delete-project', text: 'Delete this project forever', disabled: true });
+    confirmName.addEventListener('input', () => {
+      remove.disabled = confirmName.value.trim() !== project.name;
+    });
+    remove.addEventListener('click', async () => {
+      remove.disabled = true;
+      try {
+        await api('DELETE', `/api/projects?projectId=${project.id}`);
+        go({});
+      } catch (err) {
+        showError(status, err);
+        remove.disabled = false;
+      }
+    });
+    const danger = h(
+      'div',
+      { class: 'card stack danger-zone' },
+      h('h2', { text: 'Delete project' }),
+      h('p', { text: 'Its API keys stop working at once, and its events and every number computed from them are deleted. This cannot be undone.' }),
+      h('label', { for: 'delete-confirm', text: `Type the project’s name, ${project.name}, to confirm` }),
+      confirmName,
+      h('div', {}, remove)
+    );
+    where.replaceChildren(status, form, danger);
   }
 
   // --- keys -----------------------------------------------------------------------------------------
