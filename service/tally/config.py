@@ -81,6 +81,9 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     # rotating daily (derived from ip_hash_secret, or a random secret kept in the data folder).
     ip_privacy: str = "store"
     ip_hash_secret: str = ""
+    # A MaxMind-format (.mmdb) IP-to-country database to use instead of the DB-IP country lite
+    # file that ships with Tally (e.g. GeoLite2-Country or a commercial database).
+    geoip_db: str = ""
 
     log_level: str = "INFO"
 
