@@ -160,6 +160,11 @@ def load_settings(
             "the embedded engine (chdb://, the default TALLY_CLICKHOUSE_URL) has no cluster. "
             "Point TALLY_CLICKHOUSE_URL at a node of the cluster (http(s)://user:pw@host:port/db)."
         )
+    if settings.geoip_db and not Path(settings.geoip_db).expanduser().is_file():
+        raise SystemExit(
+            "tally: invalid configuration: TALLY_GEOIP_DB must name a MaxMind-format (.mmdb) "
+            f"file; {settings.geoip_db!r} is not a file"
+        )
     # Resolve the data folder now, so that workers started elsewhere agree on it.
     return msgspec.structs.replace(settings, data_dir=str(settings.data_path))
 

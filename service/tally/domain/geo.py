@@ -44,8 +44,13 @@ class CountryReader:
     process: the file is memory-mapped and shared by every request."""
 
     def __init__(self, path: str | Path | None = None) -> None:
-        self.path = Path(path) if path else packaged_db()
-        self._reader = maxminddb.open_database(str(self.path), maxminddb.MODE_AUTO)
+        self.path = Path(path).expanduser() if path else packaged_db()
+        try:
+            self._reader = maxminddb.open_database(str(self.path), maxminddb.MODE_AUTO)
+        except (OSError, ValueError, maxminddb.InvalidDatabaseError) as exc:  # not a MaxMind DB
+            raise ValueError(
+                f"cannot open the IP-to-country database {self.path} (TALLY_GEOIP_DB): {exc}"
+            ) from None
         # Recent addresses: a visitor sends many events, and a lookup is a tree walk.
         self.country = lru_cache(maxsize=16384)(self._lookup)
 
