@@ -250,3 +250,16 @@ def test_geoip_db_setting_is_the_database_used(make_client, tmp_path: Path) -> N
             p=project_id,
         )
         assert rows == [("a", "FR"), ("b", "JP"), ("c", "Unknown")]
+
+
+def test_dashboard_page_credits_db_ip_as_its_license_asks(client) -> None:
+    page = client.get("/").text
+    assert '<a href="https://db-ip.com">IP Geolocation by DB-IP</a>' in page
+
+
+def test_enrichment_benchmark_runs() -> None:
+    from benchmarks.enrichment import measure
+
+    figures = measure(number=20)
+    assert "classify + is_bot, new User-Agent" in figures
+    assert all(value > 0 for value in figures.values())

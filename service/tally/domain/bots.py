@@ -23,7 +23,8 @@ import re
 from functools import lru_cache
 
 from is_bot import Bots
-from ua_parser import parse
+
+from .useragent import parsed
 
 # Product tokens of HTTP client libraries (Tally's list; the issue names the first six kinds).
 HTTP_LIBRARIES = re.compile(
@@ -59,7 +60,7 @@ def is_bot(user_agent: str) -> bool:
     """
     if not user_agent:
         return False
-    device = parse(user_agent).device
+    device = parsed(user_agent).device  # the parse classify() made: one per User-Agent
     if device is not None and device.family == "Spider":
         return True
     if HTTP_LIBRARIES.match(user_agent):
