@@ -116,7 +116,7 @@ def _category(source: str, site: Site | None) -> str:
     return site.category if site else ""
 
 
-@lru_cache(maxsize=16384)
+@lru_cache(maxsize=4096)
 def channel_of(source: str, medium: str, campaign: str, category: str) -> str:
     """GA4's default channel group of a session source / medium / campaign (module docstring)."""
     source, medium, campaign = source.lower(), medium.lower(), campaign.lower()
@@ -166,12 +166,19 @@ def channel_of(source: str, medium: str, campaign: str, category: str) -> str:
     return "Other"
 
 
-@lru_cache(maxsize=16384)
 def acquire(url: str, referrer: str) -> Acquisition:
     """Source, channel and utm_* of an event from its ``url`` and ``referrer``.
 
     Cached: a site's landing urls and referrers repeat (the tracker sends the referrer with the
-    first page of a visit), and a miss costs two URL parses, ~10 µs."""
+    first page of a visit), and a miss costs two URL parses, ~10 µs. Long ones (up to 4096
+    characters each) are not kept, so that the cache stays a few MB at most.
+    """
+    if len(url) + len(referrer) <= _CACHED_LENGTH:
+        return _acquire_cached(url, referrer)
+    return _acquire(url, referrer)
+
+
+def _acquire(url: str, referrer: str) -> Acquisition:
     query = ""
     page_host = ""
     if url:
@@ -207,3 +214,7 @@ def acquire(url: str, referrer: str) -> Acquisition:
         source, rule_source, rule_medium, category = DIRECT, "(direct)", "(none)", ""
     channel = channel_of(rule_source, rule_medium, utm_campaign, category)
     return Acquisition(source, channel, *utm)
+
+
+_CACHED_LENGTH = 512
+_acquire_cached = lru_cache(maxsize=8192)(_acquire)

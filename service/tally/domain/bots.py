@@ -51,7 +51,7 @@ _ISBOT = Bots()
 _ISBOT.exclude(_SHAPE_ONLY)
 
 
-@lru_cache(maxsize=8192)
+@lru_cache(maxsize=4096)  # as useragent.classify's
 def is_bot(user_agent: str) -> bool:
     """True when the User-Agent is a known crawler, spider, monitor or headless browser.
 
