@@ -57,6 +57,7 @@ def profile_insert(rows: list[int], repeat: int) -> list[tuple[str, int, float]]
             now = time.time()
             row = ("p" * 24, "pageview", now, now, "/", "", "", "", "v", "Chrome", "Linux")
             row += ("desktop", None, "{}", "127.0.0.1", "ua", "k")
+            row += ("Direct / None", "Direct", "", "", "", "", "", "Unknown", 0)
 
             def batch(n: int) -> Callable[[], None]:
                 def run() -> None:  # one new session per row, as from n browsers

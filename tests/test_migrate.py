@@ -82,8 +82,10 @@ def test_retention_ttl_expires_old_data_and_can_be_changed(chdb_path):
         assert all("toIntervalDay(30)" in engines()[t] for t in RETENTION_COLUMNS)
         now = datetime.now(UTC)
         old, recent = (int((now - timedelta(days=d)).timestamp()) for d in (40, 2))
+        client = ("", "", "", None, "{}", "", "", "k")  # browser ... key_id
+        dims = ("Direct / None", "Direct", "", "", "", "", "", "Unknown", 0)  # schema 005
         rows = [
-            ("p" * 24, "pageview", t, t, "/", "", "", "s", "v", "", "", "", None, "{}", "", "", "k")
+            ("p" * 24, "pageview", t, t, "/", "", "", "s", "v", *client, *dims)
             for t in (old, recent)
         ]
         events_inserter(storage)(rows, uuid.uuid4().hex)
@@ -228,13 +230,37 @@ def test_retention_in_cluster_mode_alters_the_local_tables():
     )
 
 
+# The columns of ``events`` that Tally wrote before schema 005 added the dimensions.
+PRE_005_COLUMNS = (
+    "project_id",
+    "name",
+    "occurred_at",
+    "received_at",
+    "path",
+    "url",
+    "referrer",
+    "session_id",
+    "visitor_id",
+    "browser",
+    "os",
+    "device_type",
+    "duration_ms",
+    "metadata",
+    "ip",
+    "user_agent",
+    "key_id",
+)
+
+
 def test_upgrade_to_the_session_ends_projection_keeps_answers_exact(chdb_path):
     """A database written under schema 001-003 gets the projection of 004: parts from before the
     upgrade lack it and are read from the table, so the sums are exact at once, and stay so once
     `MATERIALIZE PROJECTION` has built it for them (docs/operations.md)."""
     from datetime import UTC, datetime, timedelta
 
-    from tally.storage.writer import events_inserter
+    import msgspec
+
+    from tally.storage.writer import INSERT_SETTINGS
 
     storage = Storage(parse_url(f"chdb://{chdb_path}?database=u_{uuid.uuid4().hex[:10]}"), 1)
     db = storage.database
@@ -259,7 +285,16 @@ def test_upgrade_to_the_session_ends_projection_keeps_answers_exact(chdb_path):
                 ("p" * 24, "session_end", end, end, "", *ids, stated, "{}", "", "", "k"),
             ]
 
-        insert = events_inserter(storage)
+        def insert(rows: list[tuple], token: str) -> None:
+            """Rows in the columns of schema 001-003 (EVENT_COLUMNS grew with schema 005)."""
+            storage.raw_insert(
+                f"{db}.events",
+                PRE_005_COLUMNS,
+                msgspec.json.Encoder().encode_lines(rows),
+                fmt="JSONCompactEachRow",
+                settings={**INSERT_SETTINGS, "insert_deduplication_token": token},
+            )
+
         insert([r for n in range(6) for r in session(n, None)], uuid.uuid4().hex)  # before
         assert migrate(storage) == [m.name for m in load_migrations()[3:]]
         insert([r for n in range(6, 12) for r in session(n, 1500.0)], uuid.uuid4().hex)  # after

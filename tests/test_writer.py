@@ -18,6 +18,10 @@ def batch(marker: str, n: int) -> dict:
     }
 
 
+# source, channel, utm_source, utm_medium, utm_campaign, utm_content, utm_term, country, is_bot
+DIMENSIONS = ("Direct / None", "Direct", "", "", "", "", "", "Unknown", 0)
+
+
 def event_row(
     project_id: str,
     name: str = "e",
@@ -46,6 +50,7 @@ def event_row(
         "127.0.0.1",
         "ua",
         "k",
+        *DIMENSIONS,
     )
 
 

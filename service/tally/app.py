@@ -21,6 +21,7 @@ from litestar.openapi.spec.enums import OpenAPIType
 from litestar.types import Message, Scope
 
 from .config import Settings, load_settings
+from .domain.geo import CountryReader
 from .domain.privacy import IpHasher
 from .http.auth import SessionVerifier
 from .http.controllers import ProjectController, collect, dashboard, health
@@ -137,6 +138,7 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
             "sessions": SessionVerifier(settings),
             "limits": RateLimits(settings),
             "hash_ip": IpHasher(settings) if settings.ip_privacy == "hash" else str,
+            "geo": CountryReader.from_settings(settings),
             "web_files": WebFiles(),
         }
     )

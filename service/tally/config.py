@@ -81,6 +81,9 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     # rotating daily (derived from ip_hash_secret, or a random secret kept in the data folder).
     ip_privacy: str = "store"
     ip_hash_secret: str = ""
+    # A MaxMind-format (.mmdb) IP-to-country database to use instead of the DB-IP country lite
+    # file that ships with Tally (e.g. GeoLite2-Country or a commercial database).
+    geoip_db: str = ""
 
     log_level: str = "INFO"
 
@@ -156,6 +159,11 @@ def load_settings(
             "tally: invalid configuration: TALLY_CLICKHOUSE_CLUSTER needs a ClickHouse server; "
             "the embedded engine (chdb://, the default TALLY_CLICKHOUSE_URL) has no cluster. "
             "Point TALLY_CLICKHOUSE_URL at a node of the cluster (http(s)://user:pw@host:port/db)."
+        )
+    if settings.geoip_db and not Path(settings.geoip_db).expanduser().is_file():
+        raise SystemExit(
+            "tally: invalid configuration: TALLY_GEOIP_DB must name a MaxMind-format (.mmdb) "
+            f"file; {settings.geoip_db!r} is not a file"
         )
     # Resolve the data folder now, so that workers started elsewhere agree on it.
     return msgspec.structs.replace(settings, data_dir=str(settings.data_path))

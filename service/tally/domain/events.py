@@ -4,6 +4,10 @@ Rules (CONTRACT.md): ``occurredAt`` without an offset is UTC; omitted, it is the
 than receipt, it is stored as the receipt time. ``metadata.browser``/``os``/``deviceType`` fall back
 to what the User-Agent says when absent (or not a non-empty string). ``metadata.durationMs`` is
 kept as a duration when it is a number >= 0.
+
+Dimensions (schema 005): ``source``, ``channel`` and ``utm_*`` from each event's ``url`` and
+``referrer`` (``domain/acquisition.py``); ``country`` resolved by the caller from the raw client
+IP (``domain/geo.py``); ``is_bot`` from the User-Agent (``domain/bots.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ from typing import Any, Protocol
 
 import msgspec
 
+from .acquisition import acquire
+from .bots import is_bot
+from .geo import UNKNOWN as UNKNOWN_COUNTRY
 from .useragent import classify
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -74,12 +81,14 @@ def to_rows(
     received_ms: int,
     ip: str,
     user_agent: str,
+    country: str = UNKNOWN_COUNTRY,
 ) -> list[tuple[Any, ...]]:
     """One row per event, in the column order of ``storage.writer.EVENT_COLUMNS``.
 
     Timestamps are seconds since the epoch, exact to the millisecond (``ms / 1000``).
     """
     client = classify(user_agent)
+    bot = 1 if is_bot(user_agent) else 0
     received = received_ms / 1000
     rows = []
     for index, event in enumerate(events):
@@ -98,6 +107,7 @@ def to_rows(
                 )
             occurred = min(occurred, received_ms) / 1000
         metadata = event.metadata or {}
+        acquisition = acquire(event.url or "", event.referrer or "")
         rows.append(
             (
                 project_id,
@@ -117,6 +127,9 @@ def to_rows(
                 ip,
                 user_agent,
                 key_id,
+                *acquisition,
+                country,
+                bot,
             )
         )
     return rows

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import NamedTuple
 
-from ua_parser import parse
+from ua_parser import Result, parse
 
 UNKNOWN = "Unknown"
 _TABLET_HINTS = ("ipad", "tablet", "kindle", "silk", "playbook")
@@ -19,11 +19,17 @@ class Client(NamedTuple):
 
 
 @lru_cache(maxsize=4096)
+def parsed(user_agent: str) -> Result:
+    """ua-parser's reading of a User-Agent, parsed once per process for classify and bots."""
+    return parse(user_agent)
+
+
+@lru_cache(maxsize=4096)
 def classify(user_agent: str) -> Client:
     """Browser family, OS family and one of desktop/mobile/tablet/bot (``Unknown`` if unsure)."""
     if not user_agent:
         return Client(UNKNOWN, UNKNOWN, UNKNOWN)
-    result = parse(user_agent)
+    result = parsed(user_agent)
     browser = result.user_agent.family if result.user_agent else "Other"
     os_family = result.os.family if result.os else "Other"
     device = result.device.family if result.device else "Other"

@@ -271,6 +271,7 @@ async def collect(
         received_ms=time.time_ns() // 1_000_000,
         ip=state.hash_ip(ip),
         user_agent=request.headers.get("user-agent", ""),
+        country=state.geo.country(ip),  # from the raw address, before hash_ip drops it
     )
     await state.writer.write(rows, size=len(await request.body()))
     state.registry.touch(record)

@@ -49,6 +49,16 @@ EVENT_COLUMNS: tuple[str, ...] = (
     "ip",
     "user_agent",
     "key_id",
+    # schema/005_event_dimensions.sql
+    "source",
+    "channel",
+    "utm_source",
+    "utm_medium",
+    "utm_campaign",
+    "utm_content",
+    "utm_term",
+    "country",
+    "is_bot",
 )
 
 # In cluster mode the session adds storage.client.CLUSTER_SETTINGS to these: the INSERT into the

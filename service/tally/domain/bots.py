@@ -1,0 +1,68 @@
+"""Is a User-Agent a bot: a crawler, spider, monitoring probe or headless browser?
+
+Two maintained lists, either one suffices:
+
+- ua-parser's device class ``Spider`` (uap-core's regexes, already Tally's User-Agent parser:
+  Googlebot, bingbot, UptimeRobot, AhrefsBot, GPTBot, ...);
+- the isbot project's patterns (github.com/omrilotan/isbot, Unlicense), as packaged for Python by
+  ``is-bot`` (Apache-2.0): wider, and it also knows headless browsers, Lighthouse, Pingdom,
+  Selenium, Playwright, ...
+
+isbot also calls every HTTP library a bot. Tally does not: server-side senders (curl,
+python-requests, httpx, Go-http-client, okhttp, node-fetch, ...) post events on purpose, and those
+events count. A User-Agent that starts with one of the libraries below is a bot only when it also
+names itself one (``bot``, ``crawl``, ``spider``, ...) or ua-parser calls it a Spider. For the
+same reason, isbot's four "shape" patterns are left out: they flag any User-Agent that is only a
+product name and version (``MyApp/2.1``, ``testclient``), which says "not a browser", not "a
+known crawler".
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from is_bot import Bots
+
+from .useragent import parsed
+
+# Product tokens of HTTP client libraries (Tally's list; the issue names the first six kinds).
+HTTP_LIBRARIES = re.compile(
+    r"^(?:curl|libcurl|python-requests|python-httpx|httpx|python-urllib|python/[\d.]+ aiohttp"
+    r"|aiohttp|go-http-client|okhttp|node-fetch|undici|node|axios|got|java-http-client|java"
+    r"|apache-httpclient|dart|dio|guzzlehttp|ruby|faraday|reqwest|rest-client|restsharp"
+    r"|wget|powershell|deno|bun)\b",
+    re.IGNORECASE,
+)
+# What an HTTP library's User-Agent says when a crawler uses it.
+_SELF_DECLARED = re.compile(r"bot\b|bot/|crawl|spider|scrap|monitor|headless", re.IGNORECASE)
+
+# isbot's patterns are JavaScript regexes; ``is-bot`` compiles them with the ``regex`` module,
+# which accepts the variable-width look-behind one of them uses.
+_SHAPE_ONLY = frozenset(
+    {
+        r"^[\w \.\-\(?:\):%]+(?:/v?\d+(?:\.\d+)?(?:\.\d{1,10})*?)?(?:,|$)",
+        r"^[\w\-]+/[\w]+$",
+        r"^\w+/[\w\(\)]*$",
+        r"^\w+/\d\.\d\s\([\w@]+\)$",
+    }
+)
+_ISBOT = Bots()
+_ISBOT.exclude(_SHAPE_ONLY)
+
+
+@lru_cache(maxsize=4096)  # as useragent.classify's
+def is_bot(user_agent: str) -> bool:
+    """True when the User-Agent is a known crawler, spider, monitor or headless browser.
+
+    An empty User-Agent is not called a bot: the page's own tracker always sends one, and a
+    server-side sender without one is still a sender.
+    """
+    if not user_agent:
+        return False
+    device = parsed(user_agent).device  # the parse classify() made: one per User-Agent
+    if device is not None and device.family == "Spider":
+        return True
+    if HTTP_LIBRARIES.match(user_agent):
+        return bool(_SELF_DECLARED.search(user_agent))
+    return _ISBOT.is_bot(user_agent)
