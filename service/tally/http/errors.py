@@ -15,7 +15,8 @@ from litestar.status_codes import (
 )
 
 from ..domain.events import InvalidEvent
-from ..storage.writer import Overloaded, StorageUnavailable
+from ..storage.ingestlog import LogFull
+from ..storage.writer import StorageUnavailable
 from .schemas import Error, ErrorDetail
 
 log = logging.getLogger("tally.http")
@@ -117,7 +118,8 @@ def invalid_event_handler(_: Request[Any, Any, Any], exc: InvalidEvent) -> Respo
 
 
 def storage_handler(_: Request[Any, Any, Any], exc: Exception) -> Response[Error]:
-    retry = "1" if isinstance(exc, Overloaded) else "2"
+    # At the log's cap the backlog drains only as fast as ClickHouse comes back: retry later.
+    retry = "10" if isinstance(exc, LogFull) else "2"
     return error_response(
         HTTP_503_SERVICE_UNAVAILABLE, "Storage unavailable", headers={"Retry-After": retry}
     )
@@ -133,6 +135,5 @@ EXCEPTION_HANDLERS: dict[Any, Any] = {
     HTTPException: http_handler,
     InvalidEvent: invalid_event_handler,
     StorageUnavailable: storage_handler,
-    Overloaded: storage_handler,
     Exception: internal_handler,
 }
