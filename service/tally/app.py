@@ -82,15 +82,25 @@ async def add_security_headers(message: Message, scope: Scope) -> None:
 
 
 def fault_pause(settings: Settings) -> Any:
-    """Fault tests only (``fault_pause_at``): at that point of the ingest path, say so in
-    ``<data_dir>/fault-paused`` and stop there for good, for the test to kill the process."""
-    point = settings.fault_pause_at
+    """Fault tests only (``fault_pause_at``, ``point`` or ``point:n``): the n-th time (default
+    the first) the ingest path passes that point, say so in ``<data_dir>/fault-paused`` and stop
+    there for good, for the test to kill the process at that point."""
+    point, _, nth = settings.fault_pause_at.partition(":")
+    passes = {"left": int(nth or 1)}
 
     def pause(name: str, block: bool) -> None:
-        if name != point:
+        if name != point or passes["left"] <= 0:
+            return
+        if not block and passes["left"] == 1:  # a marker only: the next blocking pass stops
+            (settings.data_path / "fault-paused").write_text(name)
+            return
+        if not block:
+            return
+        passes["left"] -= 1
+        if passes["left"] > 0:
             return
         (settings.data_path / "fault-paused").write_text(name)
-        while block:
+        while True:
             time.sleep(3600)
 
     return pause
