@@ -246,6 +246,26 @@ def test_freshness_is_reported_while_events_wait_and_after_they_load(make_client
         assert dash["summary"]["totalEvents"] == 7
 
 
+def test_the_idle_loader_wakes_when_a_new_segment_is_due_to_seal(make_client):
+    """The bound from 202 to ClickHouse: an idle loader plans to wake exactly when the segment
+    the event started is due (created + seal age), not at its next periodic look."""
+    with make_client(log_seal_age_ms=5_000) as client:
+        client.wait_for_load = False
+        project_id, key = new_project(client)
+        ingest, loader = client.app.state.ingest, client.app.state.loader
+        response = client.post("/api/collect", json=batch("w", 2), headers={"x-api-key": key})
+        assert response.status_code == 202
+        segment = ingest.sealed()[0] if ingest.sealed() else ingest._active
+        assert segment is not None
+        due = segment.created_mono + 5.0
+        until(lambda: backlog(client)["events"] == 0, "the segment to be sealed and loaded")
+        assert any(abs(wake - due) < 1e-3 for wake in loader.planned_wakes), (
+            due,
+            list(loader.planned_wakes),
+        )
+        assert count(client, project_id) == 2
+
+
 def test_noop_storage_acknowledges_without_storing(make_client, tmp_path):
     with make_client(bench_noop_storage=True) as client:
         client.wait_for_load = False

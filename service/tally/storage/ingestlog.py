@@ -300,7 +300,9 @@ class IngestLog:
         self._waiters: list[asyncio.Future[None]] = []
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
-        self.sealed_event = asyncio.Event()  # set when a segment is sealed (wakes the loader)
+        # Set on the event loop when a segment is started or sealed: wakes the loader, which
+        # then sleeps until the active segment is due (never set from a thread: not thread-safe).
+        self.changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         # Counters for the health endpoint and tests.
@@ -357,7 +359,6 @@ class IngestLog:
                 self.adopted.append(slot)
                 taken += len(slot.segments)
                 log.info("ingest log: adopted %s with %d segment(s)", path, len(slot.segments))
-                self.sealed_event.set()
             else:
                 slot.release()
         return taken
@@ -419,10 +420,13 @@ class IngestLog:
             self._waiters = []
             error: BaseException | None = None
             async with self._lock:
+                active = self._active
                 try:
                     await asyncio.to_thread(self._commit, payloads, rows)
                 except Exception as exc:
                     error = exc
+                if self._active is not active:  # a segment was started or sealed
+                    self.changed.set()
             if error is None:
                 self.commits += 1
                 self.acknowledged += rows
@@ -511,7 +515,6 @@ class IngestLog:
         with contextlib.suppress(OSError):
             os.close(segment.fd)
         segment.fd = -1
-        self.sealed_event.set()
 
     # --- loader side ---------------------------------------------------------------------
     def seal_due_in(self) -> float | None:
@@ -526,6 +529,7 @@ class IngestLog:
             due = self.seal_due_in()
             if due is not None and (force or due <= 0):
                 self._seal_active()
+                self.changed.set()
 
     def sealed(self) -> list[Segment]:
         """Sealed segments, oldest first (adopted slots' first: they are older)."""

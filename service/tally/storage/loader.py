@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -54,6 +55,8 @@ class Loader:
         self.loaded_events = 0
         self.failures = 0
         self.last_error = ""
+        # Monotonic times the idle loader planned to wake at by itself, latest last (tests).
+        self.planned_wakes: deque[float] = deque(maxlen=64)
 
     def start(self) -> None:
         if self._task is None:
@@ -63,7 +66,7 @@ class Loader:
         """Load what is sealed, for at most ``timeout`` seconds (call after the log's stop,
         which seals the active segment); what is not loaded then stays for the next start."""
         self._stopping = True
-        self.log.sealed_event.set()
+        self.log.changed.set()
         if self._task is None:
             return
         try:
@@ -88,7 +91,7 @@ class Loader:
         await self.log.seal(force=True)
         while self.log.sealed():
             self._idle.clear()
-            self.log.sealed_event.set()
+            self.log.changed.set()
             await self._idle.wait()
 
     async def _run(self) -> None:
@@ -130,11 +133,14 @@ class Loader:
             self._idle.set()
             if self._stopping:
                 return
+            # Sleep until the active segment is due to seal, or until a segment is started or
+            # sealed (the log says so), or until it is time to look for orphaned slots.
+            self.log.changed.clear()
             due = self.log.seal_due_in()
             wait = min(due if due is not None else ADOPT_INTERVAL, ADOPT_INTERVAL)
-            self.log.sealed_event.clear()
+            self.planned_wakes.append(time.monotonic() + wait)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.log.sealed_event.wait(), max(wait, 0.001))
+                await asyncio.wait_for(self.log.changed.wait(), max(wait, 0.001))
 
     async def _load(self, segment: Segment) -> None:
         await asyncio.to_thread(self._load_blocking, segment)
