@@ -38,6 +38,7 @@ import time
 import uuid
 import zlib
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -305,6 +306,9 @@ class IngestLog:
         self.changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        # The commits' own thread: an fsync never queues behind dashboard queries or an INSERT
+        # in the default executor (commits are one at a time anyway, under the lock).
+        self._thread: ThreadPoolExecutor | None = None
         # Counters for the health endpoint and tests.
         self.commits = 0
         self.acknowledged = 0
@@ -366,6 +370,7 @@ class IngestLog:
     # --- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
         if self._task is None:
+            self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tally-log")
             self._task = asyncio.get_running_loop().create_task(self._run(), name="tally-log")
 
     async def stop(self) -> None:
@@ -376,6 +381,9 @@ class IngestLog:
             await self._task
             self._task = None
         await self.seal(force=True)
+        if self._thread is not None:
+            self._thread.shutdown(wait=False)
+            self._thread = None
 
     def close(self) -> None:
         for slot in [*self.adopted, *([self.slot] if self.slot else [])]:
@@ -422,7 +430,9 @@ class IngestLog:
             async with self._lock:
                 active = self._active
                 try:
-                    await asyncio.to_thread(self._commit, payloads, rows)
+                    await asyncio.get_running_loop().run_in_executor(
+                        self._thread, self._commit, payloads, rows
+                    )
                 except Exception as exc:
                     error = exc
                 if self._active is not active:  # a segment was started or sealed
