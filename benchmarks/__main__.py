@@ -23,6 +23,7 @@ MODES: dict[str, dict[str, Any]] = {
         "http_repeat": 10,
         "seconds": 5,
         "connections": {"batch": 64, "single": 64},
+        "backlog_events": 100_000,
     },
     "full": {
         "sizes": [1_000_000, 10_000_000, 100_000_000],
@@ -31,6 +32,7 @@ MODES: dict[str, dict[str, Any]] = {
         "seconds": 20,
         "connections": {"batch": 256, "single": 256},
         "sweep": [16, 64],
+        "backlog_events": 1_000_000,
     },
     # For the test suite: proves the suite runs, measures nothing worth keeping.
     "smoke": {
@@ -40,6 +42,7 @@ MODES: dict[str, dict[str, Any]] = {
         "seconds": 1,
         "connections": {"batch": 4, "single": 4},
         "sweep": [2],
+        "backlog_events": 2_000,
     },
 }
 
@@ -147,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             args.clickhouse_url,
             args.workers,
             mode.get("sweep"),
+            mode.get("backlog_events", 0),
         )
         results["ingest"]["connections"] = mode["connections"]
         results["ingest"]["seconds"] = mode["seconds"]

@@ -5,7 +5,13 @@ over loopback at a fixed concurrency for a fixed time, in two shapes: 100-event 
 single-event requests (the browser case). The same run, against a server started with
 ``TALLY_BENCH_NOOP_STORAGE=true`` (same HTTP stack and decoder, storage write replaced by a no-op),
 gives the ceiling; results are reported as ratios to it, which survive a noisy machine. After each
-real run the events stored are counted and compared with the events acknowledged.
+real run the events stored are counted (once the dashboard's ``dataThrough`` says everything
+acknowledged is loaded) and compared with the events acknowledged; the worker's health counters
+give the INSERTs per second ClickHouse saw under that load and the rows per INSERT.
+
+``backlog``: a server whose INSERTs fail (the fault hook) acknowledges ``backlog_events`` events to
+its ingest log; it is stopped, started again on the same data without the fault, and the time
+from healthy to everything loaded is reported (``backlog.load_s``), with the events lost.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -61,15 +68,38 @@ def drive(url: str, key: str, events: int, connections: int, seconds: float) -> 
     return parse_wrk(done.stdout)
 
 
-def stored_events(server_url: str, project_id: str, headers: dict[str, str]) -> int:
-    response = httpx.get(
-        f"{server_url}/api/dashboard",
-        params={"projectId": project_id, "days": 2},
-        headers=headers,
-        timeout=60,
-    )
+def stored_events(
+    server_url: str,
+    project_id: str,
+    headers: dict[str, str],
+    through: datetime | None = None,
+    timeout: float = 1800,
+) -> int:
+    """Events of the project in ClickHouse, once the dashboard includes every event acknowledged
+    before ``through`` (its ``dataThrough``; default: now)."""
+    through = through or datetime.now(UTC)
+    deadline = time.monotonic() + timeout
+    while True:
+        response = httpx.get(
+            f"{server_url}/api/dashboard",
+            params={"projectId": project_id, "days": 2},
+            headers=headers,
+            timeout=60,
+        )
+        response.raise_for_status()
+        body = response.json()
+        if datetime.fromisoformat(body["dataThrough"]) >= through:
+            return int(body["summary"]["totalEvents"])
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the ingest log was not loaded within {timeout:.0f} s")
+        time.sleep(0.2)
+
+
+def loader_counters(server_url: str) -> dict[str, Any]:
+    """The loader's counters of the worker that answers (all of them with one worker)."""
+    response = httpx.get(f"{server_url}/api/health", timeout=60)
     response.raise_for_status()
-    return int(response.json()["summary"]["totalEvents"])
+    return dict(response.json()["backlog"])
 
 
 def measure(
@@ -92,7 +122,9 @@ def measure(
         project_id, key = server.new_project()
         drive(server.url, key, per_request, connections, 1)  # warm-up, not counted
         before = 0 if noop else stored_events(server.url, project_id, server.headers())
+        counters = None if noop else loader_counters(server.url)
         result = drive(server.url, key, per_request, connections, seconds)
+        during = None if noop else loader_counters(server.url)
         acknowledged = result["accepted_requests"] * per_request
         out = {
             "events_per_s": round(acknowledged / result["duration_s"], 1),
@@ -102,13 +134,54 @@ def measure(
             "refused_requests": result["refused_requests"],
             "errors": result["errors"],
         }
-        if not noop:
-            time.sleep(0.5)  # requests cut off by wrk's deadline may still be completing
-            stored = stored_events(server.url, project_id, server.headers()) - before
+        if not noop and counters is not None and during is not None:
+            # Requests cut off by wrk's deadline may still be completing: half a second's margin.
+            through = datetime.now(UTC) + timedelta(seconds=0.5)
+            time.sleep(0.5)
+            stored = stored_events(server.url, project_id, server.headers(), through) - before
+            after = loader_counters(server.url)
             out["acknowledged_events"] = acknowledged
             out["stored_events"] = stored
             out["lost_events"] = lost_events(acknowledged, stored)
+            # What ClickHouse saw: INSERTs per second during the load, rows per INSERT overall.
+            out["inserts_per_s"] = round(
+                (during["inserts"] - counters["inserts"]) / result["duration_s"], 2
+            )
+            inserts = after["inserts"] - counters["inserts"]
+            rows = after["loadedEvents"] - counters["loadedEvents"]
+            out["rows_per_insert"] = round(rows / inserts, 1) if inserts else 0
     return out
+
+
+def measure_backlog(
+    events: int, workdir: Path, clickhouse_url: str = "", workers: int = 1
+) -> dict[str, Any]:
+    """Time to load ``events`` acknowledged while ClickHouse refused them, after a restart."""
+    data = workdir / "ingest_backlog"
+    data.mkdir(parents=True)
+    url = bench_url(clickhouse_url, "ingest_backlog", data)
+    drop_bench_database(url)
+    fault = data / "fault"
+    fault.write_text("fail")
+    acknowledged = 0
+    with serve(data, url, workers, fault_file=str(fault), load_retry_max_ms="1000") as server:
+        project_id, key = server.new_project()
+        while acknowledged < events:
+            result = drive(server.url, key, SHAPES["batch"], 64, 2)
+            acknowledged += result["accepted_requests"] * SHAPES["batch"]
+        headers = server.headers()
+    fault.unlink()
+    with serve(data, url, workers) as server:
+        started = time.monotonic()
+        stored = stored_events(server.url, project_id, headers, datetime.now(UTC))
+        took = time.monotonic() - started
+    return {
+        "acknowledged_events": acknowledged,
+        "stored_events": stored,
+        "lost_events": lost_events(acknowledged, stored),
+        "load_s": round(took, 2),
+        "events_per_s": round(stored / took, 1) if took else 0,
+    }
 
 
 def measure_against_ceiling(
@@ -129,6 +202,7 @@ def run(
     clickhouse_url: str = "",
     workers: int = 1,
     sweep: list[int] | None = None,
+    backlog_events: int = 0,
 ) -> dict[str, Any]:
     """Both shapes against real storage and against the no-op ceiling; ``clickhouse_url`` (a
     server, see common.bench_url) replaces the embedded engine. ``sweep`` repeats both at each of
@@ -151,5 +225,8 @@ def run(
             if by_connections:
                 real["by_connections"] = by_connections
             results[shape] = real
+        if backlog_events:
+            results["backlog"] = measure_backlog(backlog_events, **where)
+            lost += results["backlog"]["lost_events"]
     results["lost_events"] = lost
     return results

@@ -9,6 +9,7 @@ break storage build a private app on a fresh database with ``make_client``.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
 import uuid
@@ -62,6 +63,44 @@ def make_settings(chdb_path: Path, tmp_path: Path, **overrides: Any) -> Settings
     return Settings(**values)
 
 
+class IngestingClient(TestClient[Any]):
+    """A test client whose acknowledged collects are loaded before ``post`` returns.
+
+    A 202 means "fsynced to the ingest log"; ClickHouse has the events about a second later
+    (README, "How it is built"). The contract tests read what they just posted, so this client
+    seals and loads the log after each 202 from ``/api/collect`` instead of waiting for the seal
+    age; tests of the log itself set ``wait_for_load = False`` (tests/test_loader.py)."""
+
+    wait_for_load = True
+
+    def post(self, url: Any, *args: Any, **kwargs: Any) -> Any:
+        response = super().post(url, *args, **kwargs)
+        if (
+            self.wait_for_load
+            and response.status_code == 202
+            and str(url).startswith("/api/collect")
+        ):
+            self.load()
+        return response
+
+    def load(self, timeout: float = 120) -> None:
+        """Seal the log and return once every segment is in ClickHouse."""
+
+        async def flush() -> None:
+            await asyncio.wait_for(self.app.state.loader.flush(), timeout)
+
+        self.blocking_portal.call(flush)
+
+    def load_failure_seen(self, failures: int, timeout: float = 120) -> None:
+        """Return once the loader has failed more than ``failures`` times in all."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while self.app.state.loader.failures <= failures:
+            assert time.monotonic() < deadline, "the loader never failed"
+            time.sleep(0.02)
+
+
 @contextmanager
 def running(settings: Settings) -> Iterator[TestClient[Any]]:
     """A started app (schema applied) on ``settings``."""
@@ -72,7 +111,7 @@ def running(settings: Settings) -> Iterator[TestClient[Any]]:
             apply_cluster_shape(storage, settings.retention_days)
         finally:
             storage.close()
-    with TestClient(create_app(settings, migrate=not CLUSTER_SHAPE)) as test_client:
+    with IngestingClient(create_app(settings, migrate=not CLUSTER_SHAPE)) as test_client:
         yield test_client
 
 

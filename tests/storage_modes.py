@@ -111,6 +111,7 @@ CONTRACT_TESTS = (
     "test_collect.py",
     "test_dashboard.py",
     "test_writer.py",
+    "test_loader.py",
     "test_docs.py",
 )
 

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -78,11 +79,20 @@ def test_serve_in_dev_mode_from_any_directory(tmp_path):
             headers={"x-api-key": key},
         )
         assert sent.status_code == 202
-        dashboard = httpx.get(
-            f"{url}/api/dashboard",
-            params={"projectId": created.json()["projectId"], "days": 1},
-            headers=headers,
-        ).json()
+        acknowledged = datetime.now(UTC)
+        # The event is loaded from the ingest log about a second later; the dashboard says up to
+        # when it is complete (dataThrough): once past the 202, the pageview must be in it.
+        deadline = time.monotonic() + 120
+        while True:
+            dashboard = httpx.get(
+                f"{url}/api/dashboard",
+                params={"projectId": created.json()["projectId"], "days": 1},
+                headers=headers,
+            ).json()
+            if datetime.fromisoformat(dashboard["dataThrough"]) >= acknowledged:
+                break
+            assert time.monotonic() < deadline, "the dashboard never caught up with the 202"
+            time.sleep(0.1)
         assert dashboard["summary"]["pageviews"] == 1
     finally:
         proc.send_signal(signal.SIGTERM)

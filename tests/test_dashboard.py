@@ -186,7 +186,16 @@ def fetch(client, project_id: str, days: int | None = None, user: str = "alice")
     query = f"projectId={project_id}" + (f"&days={days}" if days else "")
     response = client.get(f"/api/dashboard?{query}", headers=auth(user))
     assert response.status_code == 200, response.text
-    return response.json()
+    result = response.json()
+    # dataThrough is not in the reference model: its own checks are in tests/test_loader.py.
+    # Nothing is pending here (the client loads each collect), so it is an instant of today.
+    through = result.pop("dataThrough")
+    assert ISO_MS.match(through), through
+    assert abs(datetime.fromisoformat(through) - datetime.now(UTC)) < timedelta(days=1)
+    return result
+
+
+ISO_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
 
 def without_ids(result: dict[str, Any]) -> dict[str, Any]:

@@ -195,6 +195,7 @@ def test_compose_stack(stack):
     assert command[command.index("--host") + 1] == "0.0.0.0"
     assert "/api/health" in " ".join(tally["healthcheck"]["test"])
     assert tally["restart"] == "unless-stopped"
+    assert "tally-log:/var/lib/tally" in tally["volumes"]  # the ingest log outlives the container
     assert tally["deploy"]["resources"]["limits"]["cpus"]
     grace = int(tally["stop_grace_period"].rstrip("s"))
     assert grace > int(tally["environment"]["TALLY_SHUTDOWN_TIMEOUT_SECONDS"])
@@ -318,14 +319,27 @@ def test_kustomization_lists_every_manifest():
 
 def test_deployment():
     docs = k8s()
-    deployment = docs[("Deployment", "tally")]
+    deployment = docs[("StatefulSet", "tally")]
     pod = deployment["spec"]["template"]
     assert (
         deployment["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
     )
     (container,) = pod["spec"]["containers"]
-    for probe in ("readinessProbe", "livenessProbe"):
+    for probe in ("startupProbe", "livenessProbe"):
         assert container[probe]["httpGet"]["path"] == "/api/health"
+    # A ClickHouse outage must not take pods out of the Service: the log takes the events.
+    assert container["readinessProbe"]["tcpSocket"]["port"] == "http"
+    # The ingest log sits on a persistent volume, mounted where TALLY_DATA_DIR points.
+    (claim,) = deployment["spec"]["volumeClaimTemplates"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts[claim["metadata"]["name"]] == "/var/lib/tally"
+    assert claim["metadata"]["name"] not in {v["name"] for v in pod["spec"]["volumes"]}
+    config = docs[("ConfigMap", "tally")]["data"]
+    workers = int(container["args"][container["args"].index("--workers") + 1])
+    volume_mb = int(claim["spec"]["resources"]["requests"]["storage"].removesuffix("Gi")) * 1024
+    assert workers * float(config["TALLY_LOG_CAP_MB"]) < volume_mb  # the cap is hit first
+    headless = docs[("Service", deployment["spec"]["serviceName"])]
+    assert headless["spec"]["clusterIP"] == "None"
     assert container["args"][0] == "serve" and "--no-migrate" in container["args"]
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
     assert container["resources"]["limits"] and container["resources"]["requests"]
@@ -354,11 +368,11 @@ def test_configuration_names_are_settings():
 
 def test_scaling_and_disruption():
     docs = k8s()
-    labels = docs[("Deployment", "tally")]["spec"]["template"]["metadata"]["labels"]
+    labels = docs[("StatefulSet", "tally")]["spec"]["template"]["metadata"]["labels"]
     hpa = docs[("HorizontalPodAutoscaler", "tally")]
     assert hpa["spec"]["scaleTargetRef"] == {
         "apiVersion": "apps/v1",
-        "kind": "Deployment",
+        "kind": "StatefulSet",
         "name": "tally",
     }
     assert 1 < hpa["spec"]["minReplicas"] < hpa["spec"]["maxReplicas"]
@@ -372,6 +386,6 @@ def test_migrate_job():
     job = k8s()[("Job", "tally-migrate")]
     (container,) = job["spec"]["template"]["spec"]["containers"]
     assert container["args"] == ["migrate"]
-    deployment = k8s()[("Deployment", "tally")]["spec"]["template"]["spec"]["containers"][0]
+    deployment = k8s()[("StatefulSet", "tally")]["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == deployment["image"]
     assert container["envFrom"] == deployment["envFrom"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -32,10 +33,12 @@ from .http.ratelimit import RateLimits
 from .http.schemas import CLOSED_BODIES
 from .http.timeouts import body_deadline
 from .storage.client import Storage, parse_url
+from .storage.ingestlog import IngestLog
 from .storage.keys import KeyRegistry
+from .storage.loader import Loader
 from .storage.migrate import migrate as apply_schema
 from .storage.projects import ProjectStore
-from .storage.writer import BatchWriter, InsertFn, events_inserter
+from .storage.writer import EVENT_COLUMNS, segment_inserter
 
 log = logging.getLogger("tally")
 
@@ -80,8 +83,29 @@ async def add_security_headers(message: Message, scope: Scope) -> None:
         message["headers"] = [*message.get("headers", []), *extra]
 
 
-def _noop_insert(rows: list[tuple[Any, ...]], token: str) -> None:
-    """Benchmark-only storage: measures the HTTP stack and decoder without ClickHouse."""
+def fault_pause(settings: Settings) -> Any:
+    """Fault tests only (``fault_pause_at``, ``point`` or ``point:n``): the n-th time (default
+    the first) the ingest path passes that point, say so in ``<data_dir>/fault-paused`` and stop
+    there for good, for the test to kill the process at that point."""
+    point, _, nth = settings.fault_pause_at.partition(":")
+    passes = {"left": int(nth or 1)}
+
+    def pause(name: str, block: bool) -> None:
+        if name != point or passes["left"] <= 0:
+            return
+        if not block and passes["left"] == 1:  # a marker only: the next blocking pass stops
+            (settings.data_path / "fault-paused").write_text(name)
+            return
+        if not block:
+            return
+        passes["left"] -= 1
+        if passes["left"] > 0:
+            return
+        (settings.data_path / "fault-paused").write_text(name)
+        while True:
+            time.sleep(3600)
+
+    return pause
 
 
 def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
@@ -103,29 +127,43 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
             refresh_interval=settings.key_refresh_seconds,
             usage_interval=settings.last_used_flush_seconds,
         )
-        insert: InsertFn = (
-            _noop_insert
-            if settings.bench_noop_storage
-            else events_inserter(storage, settings.fault_file)
+        pause = fault_pause(settings) if settings.fault_pause_at else None
+        ingest = IngestLog(
+            settings.log_path,
+            EVENT_COLUMNS,
+            cap_bytes=int(settings.log_cap_mb * (1 << 20)),
+            seal_bytes=int(settings.log_segment_mb * (1 << 20)),
+            seal_age=settings.log_seal_age_ms / 1000,
+            # Benchmark only: acknowledge without storing (the HTTP stack's ceiling).
+            noop=settings.bench_noop_storage,
+            **({"pause": pause} if pause else {}),
         )
-        writer = BatchWriter(
-            insert,
-            max_events=settings.batch_max_events,
-            max_delay=settings.batch_max_delay_ms / 1000,
-            attempts=settings.insert_attempts,
-            backoff=settings.insert_retry_backoff_ms / 1000,
-            buffer_limit=settings.buffer_limit_events,
-            max_inflight=settings.batch_max_inflight,
-            buffer_limit_bytes=settings.buffer_limit_mb * 1024 * 1024,
+        try:
+            await asyncio.to_thread(ingest.open)
+        except Exception as exc:
+            # Serve anyway (dashboards work): collect answers 503 until the log can be written.
+            log.error("ingest log under %s is not writable: %s", settings.log_path, exc)
+        loader = Loader(
+            ingest,
+            segment_inserter(storage, settings.fault_file),
+            backoff_min=settings.load_retry_min_ms / 1000,
+            backoff_max=settings.load_retry_max_ms / 1000,
+            **({"pause": pause} if pause else {}),
         )
-        state.storage, state.store, state.registry, state.writer = storage, store, keys, writer
+        state.storage, state.store, state.registry = storage, store, keys
+        state.ingest, state.loader = ingest, loader
         await keys.start()
-        writer.start()
+        ingest.start()
+        if not settings.bench_noop_storage:
+            # Loads what an earlier process left while this one already accepts events.
+            loader.start()
         try:
             yield
         finally:
-            # Drain first: every buffered event is stored (or refused) before storage closes.
-            await writer.stop()
+            # Commit what is waiting, then load what the time allows; the rest stays on disk.
+            await ingest.stop()
+            await loader.stop(timeout=max(1.0, settings.shutdown_timeout_seconds * 0.8))
+            ingest.close()
             try:
                 await keys.stop()
             except Exception as exc:

@@ -16,7 +16,8 @@ from litestar.status_codes import (
 
 from ..domain.events import InvalidEvent
 from ..domain.query_errors import InvalidQuery
-from ..storage.writer import Overloaded, StorageUnavailable
+from ..storage.ingestlog import LogFull
+from ..storage.writer import StorageUnavailable
 from .schemas import Error, ErrorDetail
 
 log = logging.getLogger("tally.http")
@@ -125,7 +126,8 @@ def invalid_query_handler(_: Request[Any, Any, Any], exc: InvalidQuery) -> Respo
 
 
 def storage_handler(_: Request[Any, Any, Any], exc: Exception) -> Response[Error]:
-    retry = "1" if isinstance(exc, Overloaded) else "2"
+    # At the log's cap the backlog drains only as fast as ClickHouse comes back: retry later.
+    retry = "10" if isinstance(exc, LogFull) else "2"
     return error_response(
         HTTP_503_SERVICE_UNAVAILABLE, "Storage unavailable", headers={"Retry-After": retry}
     )
@@ -142,6 +144,5 @@ EXCEPTION_HANDLERS: dict[Any, Any] = {
     InvalidEvent: invalid_event_handler,
     InvalidQuery: invalid_query_handler,
     StorageUnavailable: storage_handler,
-    Overloaded: storage_handler,
     Exception: internal_handler,
 }

@@ -139,9 +139,22 @@ class Error(Struct, omit_defaults=True):
     details: list[ErrorDetail] | None = None
 
 
+class IngestBacklog(Struct, rename="camel"):
+    """This worker's ingest log: acknowledged events not yet loaded into ClickHouse."""
+
+    segments: int
+    events: int
+    bytes: int
+    oldest_age_seconds: float | None  # age of the oldest unloaded event; null when none
+    inserts: int  # INSERTs made by the loader since start
+    loaded_events: int
+    failed_loads: int
+
+
 class Health(Struct):
     status: str
     storage: str
+    backlog: IngestBacklog | None = None
 
 
 # --- dashboard --------------------------------------------------------------------------------
@@ -209,6 +222,8 @@ class Dashboard(Struct, rename="camel"):
     hourly_heatmap: list[HourCount]
     recent_events: list[RecentEvent]
     live_visitors: int
+    # Every event acknowledged (202) before this instant is included (ISO 8601 UTC).
+    data_through: str | None = None
 
 
 collect_decoder = msgspec.json.Decoder(CollectBody)

@@ -1,0 +1,592 @@
+"""The ingest log: collect's events are acknowledged once they are on local disk, fsynced.
+
+Layout. ``<data_dir>/log/<n>/`` is a *slot*, owned by one process at a time through an exclusive
+``flock`` on its ``lock`` file: each worker claims the first free slot, so a restarted worker
+claims a slot again and finds what an earlier process left there. A slot holds *segments*,
+``<seq>-<created_ms>.seg``, append-only, each loaded into ClickHouse with one INSERT
+(storage/loader.py) and deleted only after that INSERT succeeded.
+
+Records. Every record is framed: ``length (u32) | crc32 (u32) | body``, the body being
+``kind (u8) | acknowledge time in ms (i64) | rows (u32) | payload``. The first record of a
+segment is its header: JSON with the segment's id (the INSERT's deduplication token) and its
+column names, so that a segment written before an upgrade that added columns loads with named
+columns, the table's defaults filling the new ones. Every other record is one group commit's rows
+as JSONCompactEachRow lines, so a segment's INSERT body is the concatenation of its payloads.
+
+Group commit. Requests hand their encoded rows to :meth:`IngestLog.append` and wait. A flusher
+task on the event loop takes everything that arrived, writes it with one ``write`` and one
+``fsync`` in a thread, and only then releases the waiters (whose 202 follows). While one fsync
+runs, the next group gathers, so requests never pay one fsync each.
+
+Crashes. A process killed mid-append leaves a torn last record: at recovery the first frame that
+is short, oversized or fails its checksum ends the segment, the file is cut there and every
+complete record before it is kept. A failed write or fsync (a full or broken disk) is undone
+(truncated back to the last complete record) and refused: nothing of it is acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import logging
+import os
+import re
+import struct
+import time
+import uuid
+import zlib
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from .client import StorageUnavailable
+
+__all__ = [
+    "Backlog",
+    "IngestLog",
+    "LogFull",
+    "Segment",
+    "encode_rows",
+    "frame",
+    "pending_since",
+    "read_segment",
+    "write_segment",
+]
+
+log = logging.getLogger("tally.ingestlog")
+
+FRAME = struct.Struct("<II")  # body length, crc32 of the body
+RECORD = struct.Struct("<BqI")  # kind, acknowledge time (ms since the epoch), rows
+HEADER, ROWS = 1, 2
+VERSION = 1
+# No record is this large (a group commit of 100-event requests is a few MiB): a length beyond it
+# is a torn or damaged frame, not a reason to read gigabytes.
+MAX_RECORD = 1 << 30
+SEGMENT_NAME = re.compile(r"^(\d{12})-(\d+)\.seg$")
+MAX_SLOTS = 4096
+# Bytes of rows waiting for the commit in progress (memory, not disk): beyond, collect sheds load.
+MAX_PENDING_BYTES = 256 << 20
+
+encode_rows = msgspec.json.Encoder().encode_lines
+_json = msgspec.json.Encoder()
+
+
+class LogFull(StorageUnavailable):
+    """The log is at its disk cap (ClickHouse has not taken the backlog): refuse, retry later."""
+
+
+# Fault tests only: called at named points; may stop the process there (see app.fault_pause).
+Pause = Callable[[str, bool], None]
+
+
+def _no_pause(point: str, block: bool) -> None:
+    return None
+
+
+def frame(kind: int, ack_ms: int, rows: int, payload: bytes) -> bytes:
+    body = RECORD.pack(kind, ack_ms, rows) + payload
+    return FRAME.pack(len(body), zlib.crc32(body)) + body
+
+
+def header_record(segment_id: str, columns: Sequence[str], created_ms: int) -> bytes:
+    payload = _json.encode({"v": VERSION, "id": segment_id, "columns": list(columns)})
+    return frame(HEADER, created_ms, 0, payload)
+
+
+@dataclass
+class SegmentContents:
+    """What a segment file holds, up to its last complete record."""
+
+    segment_id: str | None
+    columns: list[str]
+    created_ms: int
+    records: list[tuple[int, int, bytes]]  # (ack ms, rows, payload)
+    good: int  # bytes of complete records (the header included)
+    size: int  # bytes in the file
+
+    @property
+    def events(self) -> int:
+        return sum(rows for _, rows, _ in self.records)
+
+    def body(self) -> bytes:
+        return b"".join(payload for _, _, payload in self.records)
+
+
+def read_segment(path: Path) -> SegmentContents:
+    """Parse a segment; stop at the first incomplete or damaged frame (a torn tail)."""
+    data = path.read_bytes()
+    contents = SegmentContents(None, [], 0, [], 0, len(data))
+    offset = 0
+    while offset + FRAME.size <= len(data):
+        length, crc = FRAME.unpack_from(data, offset)
+        start, end = offset + FRAME.size, offset + FRAME.size + length
+        if length < RECORD.size or length > MAX_RECORD or end > len(data):
+            break
+        body = data[start:end]
+        if zlib.crc32(body) != crc:
+            break
+        kind, ack_ms, rows = RECORD.unpack_from(body)
+        payload = body[RECORD.size :]
+        if contents.segment_id is None:
+            if kind != HEADER:
+                break
+            try:
+                header = msgspec.json.decode(payload)
+                contents.segment_id = str(header["id"])
+                contents.columns = [str(c) for c in header["columns"]]
+            except (msgspec.DecodeError, KeyError, TypeError):
+                break
+            contents.created_ms = ack_ms
+        elif kind == ROWS:
+            contents.records.append((ack_ms, rows, payload))
+        else:
+            break
+        offset = end
+        contents.good = end
+    return contents
+
+
+def write_segment(
+    path: Path, columns: Sequence[str], rows: Sequence[Sequence[Any]], ack_ms: int | None = None
+) -> str:
+    """Write a complete segment in one go (tests and tools: a segment as some Tally wrote it)."""
+    segment_id = uuid.uuid4().hex
+    now = int(time.time() * 1000) if ack_ms is None else ack_ms
+    data = header_record(segment_id, columns, now)
+    if rows:
+        data += frame(ROWS, now, len(rows), encode_rows(list(rows)))
+    path.write_bytes(data)
+    return segment_id
+
+
+def pending_since(root: Path) -> int | None:
+    """The creation time (ms) of the oldest segment in any slot under ``root``: every event
+    acknowledged before it has been loaded. None when no segment waits."""
+    oldest: int | None = None
+    try:
+        slots = list(os.scandir(root))
+    except OSError:
+        return None
+    for slot in slots:
+        try:
+            names = os.listdir(slot.path)
+        except OSError:
+            continue
+        for name in names:
+            match = SEGMENT_NAME.match(name)
+            if match:
+                created = int(match.group(2))
+                oldest = created if oldest is None else min(oldest, created)
+    return oldest
+
+
+@dataclass
+class Segment:
+    path: Path
+    seq: int
+    created_ms: int
+    size: int = 0  # bytes of complete records
+    events: int = 0
+    sealed: bool = False
+    created_mono: float = 0.0
+    fd: int = -1
+
+
+@dataclass
+class Backlog:
+    segments: int
+    events: int
+    bytes: int
+    oldest_ms: int | None
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Slot:
+    """A claimed log directory: its lock held, its segments known."""
+
+    def __init__(self, path: Path, lock_fd: int) -> None:
+        self.path = path
+        self.lock_fd = lock_fd
+        self.segments: list[Segment] = []
+
+    def release(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.lock_fd)  # closing the descriptor drops the flock
+
+
+def _try_claim(path: Path) -> Slot | None:
+    path.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except OSError:
+        os.close(fd)
+        raise
+    return Slot(path, fd)
+
+
+def _recover(slot: Slot) -> None:
+    """Read the segments an earlier process left in ``slot``, cutting torn tails."""
+    found = []
+    for name in os.listdir(slot.path):
+        match = SEGMENT_NAME.match(name)
+        if match:
+            found.append((int(match.group(1)), int(match.group(2)), slot.path / name))
+    for seq, created_ms, path in sorted(found):
+        contents = read_segment(path)
+        if contents.segment_id is None:
+            log.warning("removing %s: no complete header (cut while being created)", path)
+            path.unlink()
+            continue
+        if contents.good < contents.size:
+            log.warning(
+                "cutting the torn tail of %s at byte %d of %d (a crash mid-append; the cut "
+                "records were never acknowledged)",
+                path,
+                contents.good,
+                contents.size,
+            )
+            with open(path, "r+b") as fh:
+                fh.truncate(contents.good)
+                os.fsync(fh.fileno())
+        slot.segments.append(
+            Segment(path, seq, created_ms, contents.good, contents.events, sealed=True)
+        )
+
+
+class IngestLog:
+    """The append side (group commit) and the bookkeeping the loader works from."""
+
+    def __init__(
+        self,
+        root: Path,
+        columns: Sequence[str],
+        *,
+        cap_bytes: int,
+        seal_bytes: int,
+        seal_age: float,
+        noop: bool = False,
+        pause: Pause = _no_pause,
+    ) -> None:
+        self.root = root
+        self.columns = tuple(columns)
+        self.cap_bytes = cap_bytes
+        self.seal_bytes = max(1, seal_bytes)
+        self.seal_age = max(0.0, seal_age)
+        self.noop = noop  # benchmark only: acknowledge without storing
+        self._pause = pause
+        self.slot: Slot | None = None
+        self.adopted: list[Slot] = []
+        self._active: Segment | None = None
+        self._next_seq = 0
+        self._pending: list[bytes] = []
+        self._pending_rows = 0
+        self._pending_bytes = 0
+        self._waiters: list[asyncio.Future[None]] = []
+        self._wake = asyncio.Event()
+        self._lock = asyncio.Lock()
+        # Set on the event loop when a segment is started or sealed: wakes the loader, which
+        # then sleeps until the active segment is due (never set from a thread: not thread-safe).
+        self.changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        # The commits' own thread: an fsync never queues behind dashboard queries or an INSERT
+        # in the default executor (commits are one at a time anyway, under the lock).
+        self._thread: ThreadPoolExecutor | None = None
+        # Counters for the health endpoint and tests.
+        self.commits = 0
+        self.acknowledged = 0
+
+    # --- slots ---------------------------------------------------------------------------
+    def open(self) -> None:
+        """Claim a slot and recover what it holds (blocking: run in a thread)."""
+        if self.slot is not None or self.noop:
+            return
+        for n in range(MAX_SLOTS):
+            slot = _try_claim(self.root / str(n))
+            if slot is not None:
+                break
+        else:
+            raise StorageUnavailable(f"all {MAX_SLOTS} log slots under {self.root} are taken")
+        try:
+            _recover(slot)
+        except OSError:
+            slot.release()
+            raise
+        self.slot = slot
+        self._next_seq = max((s.seq for s in slot.segments), default=-1) + 1
+        log.info("ingest log: slot %s, %d segment(s) to load", slot.path, len(slot.segments))
+
+    def adopt(self) -> int:
+        """Claim the slots no running process holds (left by workers that are gone, e.g. after
+        a restart with fewer workers) and take their segments. Blocking: run in a thread."""
+        if self.slot is None:
+            return 0
+        taken = 0
+        held = {self.slot.path, *(s.path for s in self.adopted)}
+        try:
+            entries = sorted(p for p in self.root.iterdir() if p.is_dir())
+        except OSError:
+            return 0
+        for path in entries:
+            if path in held:
+                continue
+            try:
+                slot = _try_claim(path)
+            except OSError:
+                continue
+            if slot is None:
+                continue
+            try:
+                _recover(slot)
+            except OSError as exc:
+                log.warning("cannot recover %s: %s", path, exc)
+                slot.release()
+                continue
+            if slot.segments:
+                self.adopted.append(slot)
+                taken += len(slot.segments)
+                log.info("ingest log: adopted %s with %d segment(s)", path, len(slot.segments))
+            else:
+                slot.release()
+        return taken
+
+    # --- lifecycle -----------------------------------------------------------------------
+    def start(self) -> None:
+        if self._task is None:
+            self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tally-log")
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="tally-log")
+
+    async def stop(self) -> None:
+        """Commit what is waiting, refuse new appends, seal the active segment."""
+        self._closing = True
+        self._wake.set()
+        if self._task is not None:
+            await self._task
+            self._task = None
+        await self.seal(force=True)
+        if self._thread is not None:
+            self._thread.shutdown(wait=False)
+            self._thread = None
+
+    def close(self) -> None:
+        for slot in [*self.adopted, *([self.slot] if self.slot else [])]:
+            slot.release()
+        self.adopted = []
+        self.slot = None
+
+    # --- request side --------------------------------------------------------------------
+    async def append(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Return once ``rows`` are on disk, fsynced; raise StorageUnavailable (LogFull at the
+        cap) otherwise, with nothing of them acknowledged."""
+        if self.noop:
+            return
+        if self._closing or self._task is None:
+            raise StorageUnavailable("the ingest log is closed")
+        payload = encode_rows(rows)
+        size = FRAME.size + RECORD.size + len(payload)
+        if self.stored_bytes + self._pending_bytes + size > self.cap_bytes:
+            raise LogFull("the ingest log is at its disk cap")
+        if self._pending_bytes + size > MAX_PENDING_BYTES:
+            raise StorageUnavailable("the ingest log's commit queue is full")
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append(payload)
+        self._pending_rows += len(rows)
+        self._pending_bytes += size
+        self._waiters.append(future)
+        self._wake.set()
+        # Shielded: a client that goes away does not cancel the commit its events are in.
+        await asyncio.shield(future)
+
+    # --- flusher -------------------------------------------------------------------------
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if not self._waiters:
+                if self._closing:
+                    return
+                continue
+            payloads, rows, waiters = self._pending, self._pending_rows, self._waiters
+            self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
+            self._waiters = []
+            error: BaseException | None = None
+            async with self._lock:
+                active = self._active
+                try:
+                    await asyncio.get_running_loop().run_in_executor(
+                        self._thread, self._commit, payloads, rows
+                    )
+                except Exception as exc:
+                    error = exc
+                if self._active is not active:  # a segment was started or sealed
+                    self.changed.set()
+            if error is None:
+                self.commits += 1
+                self.acknowledged += rows
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+            else:
+                log.error("ingest log: cannot write %d events: %s", rows, error)
+                unavailable = (
+                    error
+                    if isinstance(error, StorageUnavailable)
+                    else StorageUnavailable(f"ingest log: {error}")
+                )
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_exception(unavailable)
+            if self._waiters or self._closing:
+                self._wake.set()
+
+    def _commit(self, payloads: list[bytes], rows: int) -> None:
+        """One write and one fsync for a whole group (in a thread, under the lock)."""
+        segment = self._active or self._new_segment()
+        ack_ms = int(time.time() * 1000)
+        data = frame(ROWS, ack_ms, rows, b"".join(payloads))
+        start = segment.size
+        try:
+            view = memoryview(data)
+            half = len(data) // 2
+            written = 0
+            while written < len(data):
+                chunk = view[written:half] if written < half else view[written:]
+                n = os.write(segment.fd, chunk)
+                if n == 0:
+                    raise OSError(errno.ENOSPC, "no space left on the log's disk")
+                written += n
+                if written >= half and written - n < half:
+                    self._pause("mid_append", True)
+            os.fsync(segment.fd)
+        except OSError:
+            # Undo: the file ends with its last complete record again. If even that fails, the
+            # segment is sealed at that length and recovery cuts the rest (checksums).
+            try:
+                os.ftruncate(segment.fd, start)
+                os.fsync(segment.fd)
+            except OSError:
+                pass
+            self._seal_active()
+            raise
+        segment.size += len(data)
+        segment.events += rows
+        self._pause("after_fsync", True)
+        if segment.size >= self.seal_bytes:
+            self._seal_active()
+
+    def _new_segment(self) -> Segment:
+        if self.slot is None:
+            self.open()
+        assert self.slot is not None
+        created_ms = int(time.time() * 1000)
+        seq = self._next_seq
+        path = self.slot.path / f"{seq:012d}-{created_ms}.seg"
+        header = header_record(uuid.uuid4().hex, self.columns, created_ms)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        try:
+            if os.write(fd, header) != len(header):
+                raise OSError(errno.ENOSPC, "short write of a segment header")
+            os.fsync(fd)
+            _fsync_dir(self.slot.path)
+        except OSError:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise
+        self._next_seq = seq + 1
+        segment = Segment(path, seq, created_ms, len(header), created_mono=time.monotonic(), fd=fd)
+        self.slot.segments.append(segment)
+        self._active = segment
+        return segment
+
+    def _seal_active(self) -> None:
+        segment = self._active
+        if segment is None:
+            return
+        self._active = None
+        segment.sealed = True
+        with contextlib.suppress(OSError):
+            os.close(segment.fd)
+        segment.fd = -1
+
+    # --- loader side ---------------------------------------------------------------------
+    def seal_due_in(self) -> float | None:
+        """Seconds until the active segment is old enough to seal; None without one."""
+        if self._active is None:
+            return None
+        return max(0.0, self._active.created_mono + self.seal_age - time.monotonic())
+
+    async def seal(self, force: bool = False) -> None:
+        """Seal the active segment if it is old enough (or ``force``)."""
+        async with self._lock:
+            due = self.seal_due_in()
+            if due is not None and (force or due <= 0):
+                self._seal_active()
+                self.changed.set()
+
+    def sealed(self) -> list[Segment]:
+        """Sealed segments, oldest first (adopted slots' first: they are older)."""
+        out = [s for slot in self.adopted for s in slot.segments]
+        if self.slot is not None:
+            out += [s for s in self.slot.segments if s.sealed]
+        return out
+
+    @staticmethod
+    def delete_file(segment: Segment) -> None:
+        """Delete a segment whose rows are stored (blocking: run in a thread)."""
+        segment.path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            _fsync_dir(segment.path.parent)
+
+    def forget(self, segment: Segment) -> None:
+        """Drop a deleted segment from the bookkeeping (on the event loop)."""
+        for slot in [*([self.slot] if self.slot else []), *self.adopted]:
+            if segment in slot.segments:
+                slot.segments.remove(segment)
+        for slot in list(self.adopted):
+            if not slot.segments:
+                self.adopted.remove(slot)
+                slot.release()
+
+    def _all(self) -> list[Segment]:
+        out = [s for slot in self.adopted for s in slot.segments]
+        if self.slot is not None:
+            out += self.slot.segments
+        return out
+
+    @property
+    def stored_bytes(self) -> int:
+        return sum(s.size for s in self._all())
+
+    def data_through_ms(self) -> int:
+        """A time before which every acknowledged event is loaded (readable): the creation of
+        the oldest segment not yet loaded, in any slot of this data folder, else now."""
+        now = int(time.time() * 1000)
+        oldest = None if self.noop else pending_since(self.root)
+        return now if oldest is None else min(now, oldest)
+
+    def backlog(self) -> Backlog:
+        segments = self._all()
+        return Backlog(
+            segments=len(segments),
+            events=sum(s.events for s in segments),
+            bytes=sum(s.size for s in segments),
+            oldest_ms=min((s.created_ms for s in segments if s.events), default=None),
+        )

@@ -1,0 +1,163 @@
+"""The loader: each sealed segment of the ingest log becomes one INSERT, then is deleted.
+
+The active segment is sealed once it is ``seal_age`` old (or, by the log, ``seal_bytes`` big), so
+under load ClickHouse sees about one INSERT per ``seal_age`` per worker and an idle event waits
+at most about ``seal_age`` plus one INSERT before it can be read. The INSERT carries the segment's
+id as ``insert_deduplication_token``: if the process dies after the INSERT and before the delete,
+loading the segment again stores nothing twice, in ``events`` and in every rollup. While
+ClickHouse is down the loader retries with exponential backoff (``backoff_min`` to
+``backoff_max``) and the log grows up to its cap; when it is back the loader catches up by itself,
+oldest segment first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .ingestlog import IngestLog, Pause, Segment, _no_pause, read_segment
+
+__all__ = ["Loader", "SegmentInsert"]
+
+log = logging.getLogger("tally.loader")
+
+# (column names, JSONCompactEachRow body, deduplication token) -> stored, or raises.
+SegmentInsert = Callable[[Sequence[str], bytes, str], None]
+
+ADOPT_INTERVAL = 10.0  # seconds between looks for slots left by workers that are gone
+
+
+class Loader:
+    def __init__(
+        self,
+        ingest: IngestLog,
+        insert: SegmentInsert,
+        *,
+        backoff_min: float = 0.1,
+        backoff_max: float = 5.0,
+        pause: Pause = _no_pause,
+    ) -> None:
+        self.log = ingest
+        self._insert = insert
+        self.backoff_min = backoff_min
+        self.backoff_max = max(backoff_min, backoff_max)
+        self._pause = pause
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._idle = asyncio.Event()
+        # Counters for the health endpoint, benchmarks and tests.
+        self.inserts = 0
+        self.loaded_events = 0
+        self.failures = 0
+        self.last_error = ""
+        # Monotonic times the idle loader planned to wake at by itself, latest last (tests).
+        self.planned_wakes: deque[float] = deque(maxlen=64)
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="tally-loader")
+
+    async def stop(self, timeout: float) -> None:
+        """Load what is sealed, for at most ``timeout`` seconds (call after the log's stop,
+        which seals the active segment); what is not loaded then stays for the next start."""
+        self._stopping = True
+        self.log.changed.set()
+        if self._task is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), timeout)
+        except TimeoutError:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        finally:
+            self._task = None
+        left = self.log.sealed()
+        if left:
+            log.warning(
+                "stopping with %d segment(s) (%d events) not loaded: they load at the next start",
+                len(left),
+                sum(s.events for s in left),
+            )
+
+    async def flush(self) -> None:
+        """Seal the active segment and return once every sealed segment is loaded (tests and
+        tools: a quiet service would otherwise wait for the seal age)."""
+        await self.log.seal(force=True)
+        while self.log.sealed():
+            self._idle.clear()
+            self.log.changed.set()
+            await self._idle.wait()
+
+    async def _run(self) -> None:
+        await asyncio.to_thread(self.log.adopt)
+        adopted_at = time.monotonic()
+        backoff = self.backoff_min
+        while True:
+            await self.log.seal()
+            if time.monotonic() - adopted_at >= ADOPT_INTERVAL:
+                adopted_at = time.monotonic()
+                await asyncio.to_thread(self.log.adopt)
+            segments = self.log.sealed()
+            failed = False
+            for segment in segments:
+                try:
+                    await self._load(segment)
+                except Exception as exc:
+                    self.failures += 1
+                    self.last_error = str(exc)
+                    log.warning(
+                        "cannot load %s (%d events), retrying in %.1f s: %s",
+                        segment.path.name,
+                        segment.events,
+                        backoff,
+                        exc,
+                    )
+                    failed = True
+                    break
+            if failed:
+                self._idle.set()
+                if self._stopping:
+                    return
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.backoff_max)
+                continue
+            backoff = self.backoff_min
+            if self.log.sealed():
+                continue
+            self._idle.set()
+            if self._stopping:
+                return
+            # Sleep until the active segment is due to seal, or until a segment is started or
+            # sealed (the log says so), or until it is time to look for orphaned slots.
+            self.log.changed.clear()
+            due = self.log.seal_due_in()
+            wait = min(due if due is not None else ADOPT_INTERVAL, ADOPT_INTERVAL)
+            self.planned_wakes.append(time.monotonic() + wait)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.log.changed.wait(), max(wait, 0.001))
+
+    async def _load(self, segment: Segment) -> None:
+        await asyncio.to_thread(self._load_blocking, segment)
+        self.log.forget(segment)
+
+    def _load_blocking(self, segment: Segment) -> None:
+        contents = read_segment(segment.path)
+        if contents.segment_id is None:
+            raise OSError(f"{segment.path} lost its header")
+        events = contents.events
+        if events:
+            self._pause("before_load", True)
+            self._pause("during_insert", False)  # says so, then lets the INSERT run
+            self._insert(contents.columns, contents.body(), f"tally-segment-{contents.segment_id}")
+            self._pause("during_insert", True)
+            self._pause("after_insert", True)
+            self.inserts += 1
+            self.loaded_events += events
+        self.log.delete_file(segment)
+        log.debug("loaded %s: %d events", Path(segment.path).name, events)

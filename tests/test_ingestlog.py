@@ -1,0 +1,282 @@
+"""The ingest log on its own (no ClickHouse): framing, torn tails, group commit, the disk cap, a
+full or unwritable disk, slots. The loader and the service around it: tests/test_loader.py and
+tests/faults/test_wal_crash.py."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from tally.storage.client import StorageUnavailable
+from tally.storage.ingestlog import (
+    FRAME,
+    ROWS,
+    IngestLog,
+    LogFull,
+    encode_rows,
+    frame,
+    header_record,
+    pending_since,
+    read_segment,
+)
+from tally.storage.writer import EVENT_COLUMNS
+
+COLUMNS = ("project_id", "name")
+
+
+def rows(marker: str, n: int) -> list[tuple[str, str]]:
+    return [(marker, f"e{i}") for i in range(n)]
+
+
+def new_log(root: Path, **kw) -> IngestLog:
+    options = {"cap_bytes": 1 << 30, "seal_bytes": 1 << 30, "seal_age": 3600.0}
+    options.update(kw)
+    return IngestLog(root, COLUMNS, **options)
+
+
+def test_a_segment_cut_at_every_byte_of_its_last_record_keeps_every_record_before_it(tmp_path):
+    records = [frame(ROWS, 1000 + i, 2, encode_rows(rows(f"r{i}", 2))) for i in range(3)]
+    header = header_record("seg-id", COLUMNS, 999)
+    complete = header + records[0] + records[1]
+    whole = complete + records[2]
+    expected_body = encode_rows(rows("r0", 2)) + encode_rows(rows("r1", 2))
+    for cut in range(len(complete), len(whole)):
+        root = tmp_path / f"cut{cut}"
+        slot = root / "0"
+        slot.mkdir(parents=True)
+        path = slot / "000000000000-999.seg"
+        path.write_bytes(whole[:cut])
+        ingest = new_log(root)
+        ingest.open()
+        try:
+            [segment] = ingest.sealed()
+            assert segment.events == 4, cut
+            assert path.stat().st_size == len(complete), cut  # the torn tail is cut off
+            contents = read_segment(path)
+            assert contents.segment_id == "seg-id"
+            assert contents.columns == list(COLUMNS)
+            assert contents.body() == expected_body, cut
+        finally:
+            ingest.close()
+    # The whole segment keeps all three records.
+    assert read_segment(_write(tmp_path / "whole.seg", whole)).events == 6
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def test_a_damaged_record_ends_the_segment_there(tmp_path):
+    records = [frame(ROWS, 1000 + i, 1, encode_rows(rows(f"r{i}", 1))) for i in range(3)]
+    data = bytearray(header_record("x", COLUMNS, 1) + b"".join(records))
+    # Flip one byte in the payload of the second record: its checksum fails.
+    at = len(header_record("x", COLUMNS, 1)) + len(records[0]) + FRAME.size + 15
+    data[at] ^= 0xFF
+    contents = read_segment(_write(tmp_path / "a.seg", bytes(data)))
+    assert contents.events == 1
+    assert contents.body() == encode_rows(rows("r0", 1))
+
+
+def test_a_segment_cut_inside_its_header_is_removed_at_recovery(tmp_path):
+    slot = tmp_path / "log" / "0"
+    slot.mkdir(parents=True)
+    header = header_record("x", COLUMNS, 5)
+    for cut in (0, 3, len(header) - 1):
+        path = slot / f"{cut:012d}-5.seg"
+        path.write_bytes(header[:cut])
+    ingest = new_log(tmp_path / "log")
+    ingest.open()
+    try:
+        assert ingest.sealed() == []
+        assert not list(slot.glob("*.seg"))
+    finally:
+        ingest.close()
+
+
+async def _appending(ingest: IngestLog, batches: list[list[tuple]]) -> list[BaseException | None]:
+    ingest.start()
+    try:
+        results = await asyncio.gather(*(ingest.append(b) for b in batches), return_exceptions=True)
+    finally:
+        await ingest.stop()
+    return list(results)
+
+
+def test_requests_that_arrive_together_share_one_write_and_fsync(tmp_path):
+    ingest = new_log(tmp_path / "log")
+    ingest.open()
+    try:
+        batches = [rows(f"m{i}", 3) for i in range(200)]
+        results = asyncio.run(_appending(ingest, batches))
+        assert results == [None] * 200
+        assert ingest.acknowledged == 600
+        assert ingest.commits < 200, ingest.commits  # group commit, not one fsync per request
+        [segment] = ingest.sealed()
+        contents = read_segment(segment.path)
+        assert contents.events == 600
+        got = sorted(tuple(line) for line in _decode(contents.body()))
+        assert got == sorted(r for b in batches for r in b)
+    finally:
+        ingest.close()
+
+
+def _decode(body: bytes) -> list[list]:
+    import msgspec
+
+    return [msgspec.json.decode(line) for line in body.splitlines()]
+
+
+def test_segments_are_sealed_by_size(tmp_path):
+    ingest = new_log(tmp_path / "log", seal_bytes=600)
+    ingest.open()
+    try:
+
+        async def run() -> None:
+            ingest.start()
+            for i in range(20):
+                await ingest.append(rows(f"s{i}", 5))
+            await ingest.stop()
+
+        asyncio.run(run())
+        sealed = ingest.sealed()
+        assert len(sealed) > 2
+        assert sum(read_segment(s.path).events for s in sealed) == 100
+        assert all(s.size < 600 + 400 for s in sealed)
+    finally:
+        ingest.close()
+
+
+def test_past_the_cap_appends_are_refused_and_nothing_of_them_is_written(tmp_path):
+    ingest = new_log(tmp_path / "log", cap_bytes=2000)
+    ingest.open()
+    try:
+
+        async def run() -> list[BaseException | None]:
+            ingest.start()
+            out: list[BaseException | None] = []
+            for i in range(200):
+                try:
+                    await ingest.append(rows(f"c{i}", 2))
+                    out.append(None)
+                except StorageUnavailable as exc:
+                    out.append(exc)
+            await ingest.stop()
+            return out
+
+        results = asyncio.run(run())
+        accepted = results.count(None)
+        assert 0 < accepted < 200
+        assert all(isinstance(r, LogFull) for r in results[accepted:])  # refused from then on
+        assert ingest.stored_bytes <= 2000
+        assert sum(read_segment(s.path).events for s in ingest.sealed()) == 2 * accepted
+    finally:
+        ingest.close()
+
+
+def test_a_full_disk_refuses_the_commit_and_leaves_the_log_intact(tmp_path):
+    ingest = new_log(tmp_path / "log")
+    ingest.open()
+    try:
+
+        async def run() -> None:
+            ingest.start()
+            await ingest.append(rows("before", 2))
+            segment = ingest._active
+            assert segment is not None
+            full = os.open("/dev/full", os.O_WRONLY)
+            saved = os.dup(segment.fd)
+            os.dup2(full, segment.fd)  # every write to the segment now fails with ENOSPC
+            os.close(full)
+            with pytest.raises(StorageUnavailable):
+                await ingest.append(rows("refused", 2))
+            os.close(saved)
+            # The segment is sealed as it was; the next commit starts a new one.
+            await ingest.append(rows("after", 2))
+            await ingest.stop()
+
+        asyncio.run(run())
+        bodies = b"".join(read_segment(s.path).body() for s in ingest.sealed())
+        got = sorted(r[0] for r in _decode(bodies))
+        assert got == ["after", "after", "before", "before"]
+    finally:
+        ingest.close()
+
+
+def test_an_unwritable_log_directory_acknowledges_nothing(tmp_path):
+    ingest = new_log(Path("/proc/self/tally-log"))  # not creatable, even by root
+
+    async def run() -> None:
+        ingest.start()
+        with pytest.raises(StorageUnavailable):
+            await ingest.append(rows("x", 1))
+        await ingest.stop()
+
+    asyncio.run(run())
+    assert ingest.acknowledged == 0
+
+
+def test_each_process_claims_its_own_slot_and_a_free_slot_is_claimed_again(tmp_path):
+    root = tmp_path / "log"
+    first, second = new_log(root), new_log(root)
+    first.open()
+    second.open()
+    assert {first.slot.path.name, second.slot.path.name} == {"0", "1"}
+
+    async def write(ingest: IngestLog, marker: str) -> None:
+        ingest.start()
+        await ingest.append(rows(marker, 3))
+        await ingest.stop()
+
+    asyncio.run(write(first, "first"))
+    first.close()  # the process is gone: its slot is free, its segment left behind
+    again = new_log(root)
+    again.open()
+    try:
+        assert again.slot.path.name == "0"
+        assert [s.events for s in again.sealed()] == [3]
+    finally:
+        again.close()
+        second.close()
+
+
+def test_a_worker_adopts_slots_that_no_process_holds(tmp_path):
+    root = tmp_path / "log"
+    a, b = new_log(root), new_log(root)
+    a.open()
+    b.open()
+
+    async def write(ingest: IngestLog, marker: str) -> None:
+        ingest.start()
+        await ingest.append(rows(marker, 4))
+        await ingest.stop()
+
+    asyncio.run(write(b, "left"))
+    b.close()  # slot 1 is orphaned; a restart with one worker never claims it
+    try:
+        assert a.adopt() == 1
+        [segment] = a.sealed()
+        assert segment.events == 4
+        assert pending_since(root) == segment.created_ms
+        a.delete_file(segment)
+        a.forget(segment)
+        assert a.adopted == []  # released once empty
+        assert pending_since(root) is None
+    finally:
+        a.close()
+
+
+def test_segments_name_their_columns(tmp_path):
+    ingest = IngestLog(
+        tmp_path / "log", EVENT_COLUMNS, cap_bytes=1 << 20, seal_bytes=1 << 20, seal_age=60
+    )
+    ingest.open()
+    try:
+        asyncio.run(_appending(ingest, [[tuple(range(len(EVENT_COLUMNS)))]]))
+        [segment] = ingest.sealed()
+        assert read_segment(segment.path).columns == list(EVENT_COLUMNS)
+    finally:
+        ingest.close()

@@ -1,0 +1,295 @@
+"""The ingest path in one process on the real engine: 202 once on the log, one INSERT per sealed
+segment, storage outages absorbed up to the cap, old segments loaded after a schema change, and
+the freshness fields (health's backlog, the dashboard's dataThrough). Crashes of a real server:
+tests/faults/test_wal_crash.py."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+
+from conftest import auth, new_project, stored
+from tally.storage.client import Storage, parse_url
+from tally.storage.ingestlog import pending_since, write_segment
+from tally.storage.writer import EVENT_COLUMNS
+
+# The columns of ``events`` that Tally wrote before schema 005 (a segment of that Tally).
+COLUMNS_BEFORE_005 = (
+    "project_id",
+    "name",
+    "occurred_at",
+    "received_at",
+    "path",
+    "url",
+    "referrer",
+    "session_id",
+    "visitor_id",
+    "browser",
+    "os",
+    "device_type",
+    "duration_ms",
+    "metadata",
+    "ip",
+    "user_agent",
+    "key_id",
+)
+
+
+def old_row(project_id: str, at: float, path: str, session: str) -> tuple:
+    """A row in the order of COLUMNS_BEFORE_005."""
+    head = (project_id, "pageview", at, at, path, "", "", session, "v")
+    return (*head, "Chrome", "Linux", "desktop", None, "{}", "127.0.0.1", "ua", "k")
+
+
+def batch(marker: str, n: int) -> dict:
+    return {
+        "events": [{"name": "pageview", "path": f"/{i}", "visitorId": marker} for i in range(n)]
+    }
+
+
+def count(client, project_id: str, marker: str | None = None) -> int:
+    sql = "SELECT count() FROM {db}.events WHERE project_id = {p:String}"
+    if marker is None:
+        return stored(client, sql, p=project_id)[0][0]
+    return stored(client, sql + " AND visitor_id = {m:String}", p=project_id, m=marker)[0][0]
+
+
+def until(condition: Callable[[], object], what: str, timeout: float = 120) -> None:
+    """Poll until ``condition`` holds; the timeout is generous, never a verdict on speed."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def backlog(client) -> dict:
+    response = client.get("/api/health")
+    assert response.status_code == 200, response.text
+    return response.json()["backlog"]
+
+
+def test_concurrent_requests_share_fsyncs_and_inserts_and_all_are_stored_once(make_client):
+    with make_client(log_seal_age_ms=200) as client:
+        client.wait_for_load = False
+        project_id, key = new_project(client)
+        ingest, loader = client.app.state.ingest, client.app.state.loader
+        commits, inserts = ingest.commits, loader.inserts
+
+        def send(i: int) -> int:
+            response = client.post(
+                "/api/collect", json=batch(f"m{i}", 10), headers={"x-api-key": key}
+            )
+            return response.status_code
+
+        with ThreadPoolExecutor(max_workers=40) as pool:
+            codes = list(pool.map(send, range(120)))
+        assert codes == [202] * 120
+        assert ingest.commits - commits < 120  # group commit: requests share an fsync
+        # Loaded by the loader alone (seal by age), each event once.
+        until(lambda: count(client, project_id) == 1200, "the loader to store all 1,200")
+        assert loader.inserts - inserts < 120  # one INSERT per segment, not per request
+        assert all(count(client, project_id, f"m{i}") == 10 for i in range(120))
+        until(lambda: backlog(client)["events"] == 0, "an empty backlog")
+        rollup = stored(
+            client,
+            "SELECT sum(events) FROM {db}.events_daily WHERE project_id = {p:String}",
+            p=project_id,
+        )[0][0]
+        assert rollup == 1200
+
+
+def test_storage_outage_is_absorbed_by_the_log_and_loaded_after_it(make_client, tmp_path):
+    fault = tmp_path / "fault"
+    with make_client(fault_file=str(fault), load_retry_min_ms=10, load_retry_max_ms=50) as client:
+        client.wait_for_load = False
+        project_id, key = new_project(client)
+        loader = client.app.state.loader
+        fault.write_text("fail")  # every INSERT is refused
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            codes = list(
+                pool.map(
+                    lambda i: (
+                        client.post(
+                            "/api/collect", json=batch(f"o{i}", 5), headers={"x-api-key": key}
+                        ).status_code
+                    ),
+                    range(40),
+                )
+            )
+        assert codes == [202] * 40  # under the cap: no 503 while ClickHouse refuses
+        until(lambda: loader.failures >= 3, "the loader to retry")
+        assert count(client, project_id) == 0
+        assert backlog(client)["events"] == 200
+        fault.write_text("lose")  # INSERTs succeed, their answers are lost: retried, deduped
+        until(lambda: loader.failures >= 6, "retries whose answers were lost")
+        fault.unlink()  # storage is back: the loader catches up by itself
+        until(lambda: backlog(client)["events"] == 0, "the backlog to be loaded")
+        assert count(client, project_id) == 200
+        assert all(count(client, project_id, f"o{i}") == 5 for i in range(40))
+
+
+def test_at_the_cap_collect_answers_503_and_recovers_when_storage_is_back(make_client, tmp_path):
+    fault = tmp_path / "fault"
+    with make_client(
+        fault_file=str(fault), log_cap_mb=0.02, load_retry_min_ms=10, load_retry_max_ms=50
+    ) as client:
+        client.wait_for_load = False
+        project_id, key = new_project(client)
+        fault.write_text("fail")
+        answers = [
+            client.post("/api/collect", json=batch(f"c{i}", 10), headers={"x-api-key": key})
+            for i in range(60)
+        ]
+        codes = [r.status_code for r in answers]
+        accepted = codes.count(202)
+        assert 0 < accepted < 60, codes
+        assert codes == [202] * accepted + [503] * (60 - accepted)  # refused from the cap on
+        refused = answers[-1]
+        assert refused.json() == {"error": "Storage unavailable"}
+        assert int(refused.headers["retry-after"]) > 0
+        fault.unlink()
+        until(lambda: backlog(client)["events"] == 0, "the backlog to be loaded")
+        assert count(client, project_id) == 10 * accepted  # every 202, nothing refused
+        assert all(count(client, project_id, f"c{i}") == 10 for i in range(accepted))
+        again = client.post("/api/collect", json=batch("after", 2), headers={"x-api-key": key})
+        assert again.status_code == 202
+
+
+def test_an_unwritable_data_directory_answers_503_and_acknowledges_nothing(make_client):
+    # /proc refuses new files even to root: the log cannot be created there.
+    with make_client(data_dir="/proc/self/tally-data") as client:
+        project_id, key = new_project(client)
+        response = client.post("/api/collect", json=batch("ro", 3), headers={"x-api-key": key})
+        assert response.status_code == 503
+        assert response.json() == {"error": "Storage unavailable"}
+        assert "retry-after" in response.headers
+        assert client.app.state.ingest.acknowledged == 0
+        assert count(client, project_id) == 0
+        # Reads still work.
+        assert client.get("/api/health").status_code == 200
+
+
+def test_a_segment_written_before_a_schema_change_loads_after_it(make_client, tmp_path):
+    """A segment of the Tally before schema 005 (17 columns) loads into today's table: named
+    columns, the new ones take their defaults."""
+    slot = tmp_path / "log" / "0"
+    slot.mkdir(parents=True)
+    project_id = "a" * 24
+    at = 1_700_000_000.0
+    rows = [old_row(project_id, at, f"/old{i}", "s") for i in range(3)]
+    write_segment(slot / f"{0:012d}-{int(at * 1000)}.seg", COLUMNS_BEFORE_005, rows)
+    with make_client() as client:
+        client.load()
+        got = stored(
+            client,
+            "SELECT path, source, country, is_bot FROM {db}.events "
+            "WHERE project_id = {p:String} ORDER BY path",
+            p=project_id,
+        )
+        assert got == [(f"/old{i}", "", "", 0) for i in range(3)]
+        assert not list(slot.glob("*.seg"))  # deleted once stored
+    assert set(COLUMNS_BEFORE_005) <= set(EVENT_COLUMNS)
+
+
+def test_a_segment_loaded_twice_is_stored_once(make_client, tmp_path):
+    """The INSERT's token names the segment: a crash after the INSERT and before the delete
+    loads it again, and nothing is stored twice (events and rollups)."""
+    project_id = "b" * 24
+    at = time.time()
+    rows = [old_row(project_id, at, "/twice", f"s{i}") for i in range(4)]
+    first = tmp_path / "log" / "5"
+    first.mkdir(parents=True)
+    path = first / f"{0:012d}-{int(at * 1000)}.seg"
+    write_segment(path, COLUMNS_BEFORE_005, rows)
+    copy = tmp_path / "log" / "6"
+    copy.mkdir()
+    (copy / path.name).write_bytes(path.read_bytes())  # the same segment, left twice
+    with make_client() as client:
+        client.load()
+        until(lambda: pending_since(tmp_path / "log") is None, "both copies to be loaded")
+        assert count(client, project_id) == 4
+        daily = stored(
+            client,
+            "SELECT sum(events) FROM {db}.events_daily WHERE project_id = {p:String}",
+            p=project_id,
+        )[0][0]
+        assert daily == 4
+
+
+def test_freshness_is_reported_while_events_wait_and_after_they_load(make_client):
+    with make_client(log_seal_age_ms=3_600_000) as client:  # nothing seals by age in this test
+        client.wait_for_load = False
+        project_id, key = new_project(client)
+        before = datetime.now(UTC).replace(microsecond=0)
+        response = client.post("/api/collect", json=batch("f", 7), headers={"x-api-key": key})
+        assert response.status_code == 202
+        acked = datetime.now(UTC)
+        waiting = backlog(client)
+        assert (waiting["segments"], waiting["events"]) == (1, 7)
+        assert waiting["bytes"] > 0
+        assert waiting["oldestAgeSeconds"] is not None and waiting["oldestAgeSeconds"] >= 0
+        dash = client.get(f"/api/dashboard?projectId={project_id}", headers=auth("alice")).json()
+        through = datetime.fromisoformat(dash["dataThrough"])
+        # Not loaded yet: the dashboard does not claim them, and indeed does not count them.
+        assert before <= through <= acked
+        assert dash["summary"]["totalEvents"] == 0
+        client.load()
+        loaded = backlog(client)
+        assert (loaded["segments"], loaded["events"], loaded["bytes"]) == (0, 0, 0)
+        assert loaded["oldestAgeSeconds"] is None
+        assert loaded["loadedEvents"] >= 7 and loaded["inserts"] >= 1
+        dash = client.get(f"/api/dashboard?projectId={project_id}", headers=auth("alice")).json()
+        assert datetime.fromisoformat(dash["dataThrough"]) >= acked.replace(microsecond=0)
+        assert dash["summary"]["totalEvents"] == 7
+
+
+def test_the_idle_loader_wakes_when_a_new_segment_is_due_to_seal(make_client):
+    """The bound from 202 to ClickHouse: an idle loader plans to wake exactly when the segment
+    the event started is due (created + seal age), not at its next periodic look."""
+    with make_client(log_seal_age_ms=5_000) as client:
+        client.wait_for_load = False
+        project_id, key = new_project(client)
+        ingest, loader = client.app.state.ingest, client.app.state.loader
+        response = client.post("/api/collect", json=batch("w", 2), headers={"x-api-key": key})
+        assert response.status_code == 202
+        segment = ingest.sealed()[0] if ingest.sealed() else ingest._active
+        assert segment is not None
+        due = segment.created_mono + 5.0
+        until(lambda: backlog(client)["events"] == 0, "the segment to be sealed and loaded")
+        assert any(abs(wake - due) < 1e-3 for wake in loader.planned_wakes), (
+            due,
+            list(loader.planned_wakes),
+        )
+        assert count(client, project_id) == 2
+
+
+def test_noop_storage_acknowledges_without_storing(make_client, tmp_path):
+    with make_client(bench_noop_storage=True) as client:
+        client.wait_for_load = False
+        project_id, key = new_project(client)
+        response = client.post("/api/collect", json=batch("n", 3), headers={"x-api-key": key})
+        assert response.status_code == 202
+        assert count(client, project_id) == 0
+        assert not list(Path(tmp_path).glob("log/*/*.seg"))
+
+
+def test_a_stopping_service_loads_its_log(make_client, tmp_path):
+    with make_client(log_seal_age_ms=3_600_000) as client:
+        client.wait_for_load = False
+        project_id, key = new_project(client)
+        response = client.post("/api/collect", json=batch("s", 4), headers={"x-api-key": key})
+        assert response.status_code == 202
+        assert len(list(tmp_path.glob("log/*/*.seg"))) == 1
+        settings = client.app.state.settings
+    assert list(tmp_path.glob("log/*/*.seg")) == []  # loaded at shutdown, then deleted
+    storage = Storage(parse_url(settings.storage_url, settings.clickhouse_database), 1)
+    try:
+        assert storage.query(
+            f"SELECT count() FROM {storage.database}.events WHERE project_id = {{p:String}}",
+            {"p": project_id},
+        ) == [(4,)]
+    finally:
+        storage.close()
