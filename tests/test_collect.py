@@ -374,19 +374,4 @@ def test_one_bad_event_refuses_the_whole_request(client, project):
     assert count(client, project_id) == 0
 
 
-def test_body_over_one_mebibyte(client, project):
-    project_id, key = project
-    body = json.dumps(one(metadata={"k": "v" * 1000})).encode()
-    big = body[:-2] + b" " * (1024 * 1024) + body[-2:]
-    response = post(client, key, big)
-    assert response.status_code == 413
-    assert response.json() == {"error": "Payload too large"}
-    assert count(client, project_id) == 0
-
-
-def test_body_of_exactly_one_mebibyte_is_read(client, project):
-    _, key = project
-    body = json.dumps(one()).encode()
-    padded = body[:-1] + b" " * (1024 * 1024 - len(body)) + body[-1:]
-    assert len(padded) == 1024 * 1024
-    assert post(client, key, padded).status_code == 202
+# Body caps: tests/test_limits.py.

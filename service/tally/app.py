@@ -25,6 +25,7 @@ from .domain.privacy import IpHasher
 from .http.auth import SessionVerifier
 from .http.controllers import ProjectController, collect, dashboard, health
 from .http.errors import EXCEPTION_HANDLERS
+from .http.limits import body_cap
 from .http.pages import PAGE_HANDLERS, WebFiles
 from .http.ratelimit import RateLimits
 from .http.schemas import CLOSED_BODIES
@@ -147,7 +148,13 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
         openapi_config=OPENAPI,
         cors_config=CORS,
         before_send=[add_security_headers],
-        middleware=[body_deadline(settings.body_timeout_seconds)],
+        # The cap first: an oversized body is refused before the deadline starts counting.
+        middleware=[
+            body_cap(settings.max_body_bytes),
+            body_deadline(settings.body_timeout_seconds),
+        ],
+        # Litestar's own cap, at the same figure, behind ours (it would otherwise be 10 MB).
+        request_max_body_size=settings.max_body_bytes or None,
         logging_config=None,
         debug=False,
     )

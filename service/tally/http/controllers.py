@@ -25,8 +25,6 @@ from .decoding import StructDTO
 from .ratelimit import RateLimits, client_ip
 from .views import build_dashboard
 
-MAX_BODY_BYTES = 1024 * 1024
-
 ProjectIdParam = Annotated[
     str,
     QueryParameter(
@@ -50,7 +48,7 @@ def _errors(*statuses: int) -> dict[int, ResponseSpec]:
         400: "invalid payload or query",
         401: "missing or invalid credentials",
         404: "project (or key) not found, or owned by another user",
-        413: "body over 1 MiB",
+        413: "body over the cap (TALLY_MAX_BODY_BYTES, default 7 MiB)",
         429: "rate limit exceeded (see Retry-After)",
         503: "storage unavailable; retry (see Retry-After)",
     }
@@ -192,7 +190,6 @@ COLLECT_EXAMPLE = Example(
     "/api/collect",
     status_code=HTTP_202_ACCEPTED,
     guards=[api_key_guard],
-    request_max_body_size=MAX_BODY_BYTES,
     responses=_errors(400, 401, 413, 429, 503),
     tags=["collect"],
     security=[{"apiKey": []}, {"apiKeyQuery": []}],
