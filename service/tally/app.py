@@ -35,6 +35,7 @@ from .storage.keys import KeyRegistry
 from .storage.migrate import migrate as apply_schema
 from .storage.projects import ProjectStore
 from .storage.writer import BatchWriter, InsertFn, events_inserter
+from .supervision import exit_with_parent
 
 log = logging.getLogger("tally")
 
@@ -197,6 +198,7 @@ def _complete_openapi(app: Litestar) -> None:
 
 def app_factory() -> Litestar:
     """Entry point for granian workers: settings from the environment of the worker."""
+    exit_with_parent()  # a worker never outlives `tally serve` (tally/supervision.py)
     settings = load_settings()
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -101,8 +101,16 @@ def serve(host: str, port: int, workers: int, migrate: bool) -> None:
     from granian.constants import Interfaces
     from granian.http import HTTP1Settings
 
+    from .supervision import PARENT_ENV, port_is_free
+
     settings = load_settings()
     _setup_logging(settings)
+    # granian binds with SO_REUSEPORT, which would let a second server share the port silently.
+    if not port_is_free(host, port):
+        raise SystemExit(
+            f"tally: port {port} on {host} is already in use (another `tally serve`?); stop "
+            "that server or choose another port with --port"
+        )
     if settings.embedded and workers > 1:
         raise SystemExit(
             "tally: the embedded ClickHouse engine allows one process, so --workers must be 1. "
@@ -123,6 +131,8 @@ def serve(host: str, port: int, workers: int, migrate: bool) -> None:
         if done.returncode != 0:
             raise SystemExit("tally: not starting, the schema could not be applied (see above)")
     os.environ.update(settings_to_env(settings))
+    # Workers die with this process (tally.supervision.exit_with_parent reads it).
+    os.environ[PARENT_ENV] = str(os.getpid())
     server = Granian(
         "tally.app:app_factory",
         factory=True,
@@ -132,6 +142,9 @@ def serve(host: str, port: int, workers: int, migrate: bool) -> None:
         workers=workers,
         log_access=False,
         workers_kill_timeout=settings.shutdown_timeout_seconds,
+        # A worker killed alone (OOM killer, kill -9) is replaced; one that crashes again within
+        # seconds of its start stops the server instead of looping.
+        respawn_failed_workers=True,
         http1_settings=HTTP1Settings(
             header_read_timeout=int(settings.header_timeout_seconds * 1000)
         ),
