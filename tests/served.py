@@ -42,7 +42,7 @@ class Server:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120  # waits for an event; generous on a busy machine
         while True:
             assert self.proc.poll() is None, (data / self.log.name).read_text()
             try:

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
 from ..domain.ids import utcnow
@@ -34,7 +35,11 @@ class KeyRegistry:
         refresh_interval: float = 2.0,
         miss_interval: float = 0.5,
         usage_interval: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
+        # ``clock`` and ``sleep`` pace the early refreshes; tests inject a clock of their own.
+        self._clock, self._sleep = clock, sleep
         self.store = store
         self.refresh_interval = refresh_interval
         self.miss_interval = miss_interval
@@ -93,14 +98,14 @@ class KeyRegistry:
         Concurrent callers share one query.
         """
         if self._refreshing is None or self._refreshing.done():
-            delay = max(0.0, self._last_refresh + min_age - time.monotonic())
+            delay = max(0.0, self._last_refresh + min_age - self._clock())
             self._refreshing = asyncio.get_running_loop().create_task(self._refresh(delay))
         await asyncio.shield(self._refreshing)
 
     async def _refresh(self, delay: float = 0.0) -> None:
         if delay > 0:
-            await asyncio.sleep(delay)
-        started = time.monotonic()
+            await self._sleep(delay)
+        started = self._clock()
         since = None if self._since is None else self._since - _OVERLAP
         changes = await asyncio.to_thread(self.store.key_changes, since)
         for record in changes:
