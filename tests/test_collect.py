@@ -67,7 +67,11 @@ def test_credentials_are_checked_before_the_body(client, project):
 
 def test_query_parameter_key(client, project):
     project_id, key = project
-    response = client.post(f"/api/collect?apiKey={key}", content=json.dumps(one()))
+    response = client.post(
+        f"/api/collect?apiKey={key}",
+        content=json.dumps(one()),
+        headers={"content-type": "text/plain"},
+    )
     assert response.status_code == 202
     assert count(client, project_id) == 1
 
@@ -75,11 +79,15 @@ def test_query_parameter_key(client, project):
 def test_header_wins_over_query(client, project):
     project_id, key = project
     ok = client.post(
-        "/api/collect?apiKey=wrong", content=json.dumps(one()), headers={"x-api-key": key}
+        "/api/collect?apiKey=wrong",
+        content=json.dumps(one()),
+        headers={"x-api-key": key, "content-type": "application/json"},
     )
     assert ok.status_code == 202
     bad = client.post(
-        f"/api/collect?apiKey={key}", content=json.dumps(one()), headers={"x-api-key": "wrong"}
+        f"/api/collect?apiKey={key}",
+        content=json.dumps(one()),
+        headers={"x-api-key": "wrong", "content-type": "application/json"},
     )
     assert (bad.status_code, bad.json()) == (401, {"error": "Invalid API key"})
     assert count(client, project_id) == 1

@@ -27,6 +27,7 @@ from .http.controllers import ProjectController, collect, dashboard, health
 from .http.errors import EXCEPTION_HANDLERS
 from .http.limits import body_cap
 from .http.pages import PAGE_HANDLERS, WebFiles
+from .http.query import strict_query
 from .http.ratelimit import RateLimits
 from .http.schemas import CLOSED_BODIES
 from .http.timeouts import body_deadline
@@ -153,6 +154,7 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
         middleware=[
             body_cap(settings.max_body_bytes),
             body_deadline(settings.body_timeout_seconds),
+            strict_query,
         ],
         # Litestar's own cap, at the same figure, behind ours (it would otherwise be 10 MB).
         request_max_body_size=settings.max_body_bytes or None,
