@@ -610,6 +610,11 @@ def test_dashboard_page_signs_in_and_manages_projects_and_keys(tally, browser, w
     page.get_by_text("No projects yet").wait_for()
     assert page.get_by_text(f"Signed in as {user}").is_visible()
 
+    # A name the API refuses (one character once trimmed): the rule, in the API's own words.
+    page.fill("#project-name", " a  ")
+    page.get_by_role("button", name="Create project").click()
+    page.get_by_text("Please check: name must be 2 to 60 characters.").wait_for()
+
     # A new project: its key shown once, with a copy button and the ready-made snippet.
     page.fill("#project-name", "Blog")
     page.get_by_role("button", name="Create project").click()
@@ -668,4 +673,4 @@ def test_dashboard_page_signs_in_and_manages_projects_and_keys(tally, browser, w
     page.reload()
     page.get_by_role("heading", name="Sign in to Tally").wait_for()
     context.close()
-    watch.assert_clean(FAILED_LOAD.format(401))
+    watch.assert_clean(FAILED_LOAD.format(401), FAILED_LOAD.format(400))

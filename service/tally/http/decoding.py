@@ -104,6 +104,10 @@ def check_body(decoder: msgspec.json.Decoder[Any], value: bytes, content_type: s
     except msgspec.ValidationError as exc:
         raise _invalid(str(exc)) from None
     except msgspec.DecodeError as exc:
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _refuse("$", NOT_UTF8) from None
         if _LONE_SURROGATE.search(value):
             words = f"{NOT_UTF8}: it contains a lone surrogate (\\ud800-\\udfff)"
             raise _refuse("$", words) from None

@@ -116,7 +116,7 @@ def plain(message: str, path: str, in_query: bool = False, in_key: bool = False)
     if match := _TYPE.match(message):
         if field == "days":
             return path, f"must be a whole number of days from 1 to {MAX_DAYS}"
-        if "metadata" in path and "|" in match["want"]:
+        if "metadata" in path and path.endswith("[...]"):
             return path, "metadata values must be strings, numbers, booleans or null"
         return path, f"must be {_type_words(match['want'])}, not {_type_words(match['got'])}"
     if message.startswith("Expected `"):
