@@ -15,10 +15,10 @@ from litestar.params import JSONBody, QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_202_ACCEPTED, HTTP_204_NO_CONTENT
 
 from ..domain import events as event_rules
-from ..domain.ids import OBJECT_ID_PATTERN, iso, utcnow
+from ..domain.ids import OBJECT_ID_PATTERN, iso, key_preview, utcnow
 from ..domain.metrics import MAX_DAYS, Window
 from ..storage import dashboard as dashboard_queries
-from ..storage.projects import ProjectStore
+from ..storage.projects import UNTITLED_LABEL, ProjectStore
 from . import schemas as s
 from .auth import api_key_guard, session_guard
 from .decoding import StructDTO
@@ -101,7 +101,7 @@ class ProjectController(Controller):
         user = _user(request)
         project, key, record = await state.storage.run(state.store.create_project, user, data.name)
         state.registry.apply(record)
-        return s.ProjectCreated(project_id=project.id, api_key=key)
+        return s.ProjectCreated(project_id=project.id, api_key=key, key_id=record.id)
 
     @get("/keys", responses=_errors(400, 401, 404, 429, 503), summary="List a project's API keys")
     async def list_keys(
@@ -140,7 +140,13 @@ class ProjectController(Controller):
         await _owned_project(state, user, data.project_id)
         key, record = await state.storage.run(state.store.create_key, data.project_id, data.label)
         state.registry.apply(record)
-        return s.KeyCreated(api_key=key)
+        return s.KeyCreated(
+            api_key=key,
+            id=record.id,
+            label=data.label or UNTITLED_LABEL,
+            key_preview=key_preview(key),
+            created_at=iso(record.updated_at),  # a new key's creation is its last change
+        )
 
     @delete(
         "/keys",
