@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import click
 
-from .config import Settings, dev_secret, load_settings, settings_to_env
+from .config import DEV_SECRET_FILE, Settings, dev_secret, load_settings, settings_to_env
 
 log = logging.getLogger("tally")
 
@@ -120,8 +123,9 @@ def serve(host: str, port: int, workers: int, migrate: bool) -> None:
         dev_secret(settings)
         log.warning(
             "dev mode: no TALLY_JWT_SECRET or TALLY_JWKS_URL set; sessions are signed with a "
-            "random secret kept in %s. Run `tally token --sub USER` for a session token.",
+            "random secret kept in %s. For a session token run: %s",
             settings.data_path,
+            token_command(settings),
         )
     # The schema is applied by a child process, so that this one never holds the embedded
     # engine that the worker is about to open.
@@ -153,6 +157,21 @@ def serve(host: str, port: int, workers: int, migrate: bool) -> None:
     server.serve()
 
 
+def _tally() -> str:
+    """How to run this same Tally from a shell: ``tally`` if that is what PATH finds, else this
+    interpreter with ``-m tally``."""
+    found = shutil.which("tally")
+    here = Path(sys.executable).parent / "tally"
+    if found and Path(found).resolve() == here.resolve():
+        return "tally"
+    return f"{shlex.quote(sys.executable)} -m tally"
+
+
+def token_command(settings: Settings, sub: str = "USER") -> str:
+    """The `tally token` command that signs with this server's dev secret, from any directory."""
+    return f"TALLY_DATA_DIR={shlex.quote(str(settings.data_path))} {_tally()} token --sub {sub}"
+
+
 @main.command()
 @click.option("--sub", required=True, help="User id (the token's sub claim).")
 @click.option(
@@ -169,7 +188,17 @@ def token(sub: str, ttl: int) -> None:
     settings = load_settings()
     if settings.jwks_url:
         raise SystemExit("tally: sessions come from your identity provider (TALLY_JWKS_URL is set)")
-    secret = settings.jwt_secret or dev_secret(settings)
+    try:
+        # Never created here: a secret made by `tally token` would sign tokens no server accepts.
+        secret = settings.jwt_secret or dev_secret(settings, create=False)
+    except FileNotFoundError:
+        raise SystemExit(
+            f"tally: no dev-mode secret in {settings.data_path} (no {DEV_SECRET_FILE} there, "
+            "and TALLY_JWT_SECRET is not set). `tally serve` creates it in its data folder when "
+            "it starts. Run `tally token` with the server's folder, e.g. "
+            f"TALLY_DATA_DIR=/path/to/.tally {_tally()} token --sub {shlex.quote(sub)} (the "
+            "server's log prints the exact command), or set the TALLY_JWT_SECRET the server uses."
+        ) from None
     claims = {}
     if settings.jwt_issuer:
         claims["iss"] = settings.jwt_issuer
