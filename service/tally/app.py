@@ -10,6 +10,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 from litestar import Litestar
@@ -26,6 +27,7 @@ from .http.auth import SessionVerifier
 from .http.controllers import ProjectController, collect, dashboard, health
 from .http.errors import EXCEPTION_HANDLERS
 from .http.limits import body_cap
+from .http.limits_doc import markdown
 from .http.pages import PAGE_HANDLERS, WebFiles
 from .http.query import strict_query
 from .http.ratelimit import RateLimits
@@ -147,7 +149,11 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
         state=state,
         lifespan=[lifespan],
         exception_handlers=EXCEPTION_HANDLERS,
-        openapi_config=OPENAPI,
+        # The document states every limit and default, as configured (http/limits_doc.py).
+        openapi_config=replace(
+            OPENAPI,
+            description=f"{OPENAPI.description}\n\n## Limits and defaults\n\n{markdown(settings)}",
+        ),
         cors_config=CORS,
         before_send=[add_security_headers],
         # The cap first: an oversized body is refused before the deadline starts counting.
