@@ -59,8 +59,8 @@ def body_cap(max_bytes: int) -> Any:
 
             async def receive_capped() -> Any:
                 nonlocal received
-                message = await receive()
-                if message.get("type") == "http.request":
+                message: Any = await receive()
+                if message["type"] == "http.request":
                     received += len(message.get("body", b""))
                     if received > limit:
                         raise PayloadTooLarge
