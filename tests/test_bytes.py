@@ -5,9 +5,16 @@ nothing is stored."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from litestar.exceptions import ValidationException
 
 from conftest import auth, new_project, stored
+from tally.http.decoding import _collect_strings, check_body
+from tally.http.schemas import collect_decoder
 
 DEEP = b"[" * 10_000 + b"]" * 10_000
 LONG_NUMBER = b"9" * 10_000
@@ -176,3 +183,40 @@ def test_every_hostile_query_is_a_400_on_every_endpoint(client, owned, method, p
             assert payload["details"] and all(d["message"] for d in payload["details"]), payload
             assert not any("Expected `" in d["message"] for d in payload["details"]), payload
     assert count_events(client, project_id) == 0
+
+
+# --- the duplicate-key fast path never lets a duplicate through ------------------------------
+text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)
+scalar = st.one_of(text, st.integers(-(2**53), 2**53), st.booleans(), st.none(), st.floats(0, 1))
+events = st.lists(
+    st.fixed_dictionaries(
+        {"name": text.filter(bool)},
+        optional={
+            "path": st.one_of(text, st.none()),
+            "visitorId": text,
+            "metadata": st.dictionaries(text.filter(bool), scalar, max_size=4),
+        },
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+@given(events=events, spaced=st.booleans(), data=st.data())
+@settings(max_examples=300, deadline=None)
+def test_duplicate_keys_are_always_found(events, spaced, data):
+    separators = (", ", ": ") if spaced else (",", ":")
+    raw = json.dumps({"events": events}, separators=separators, ensure_ascii=False)
+    body = raw.encode()
+    check_body(collect_decoder, body, "application/json", _collect_strings)  # accepted
+    # Now repeat one key of one object: always refused, fast path or not.
+    event = data.draw(st.integers(0, len(events) - 1))
+    compact = {"separators": (",", ":"), "ensure_ascii": False}
+    first = json.dumps(events[event], **compact)
+    key = first[1:].partition(":")[0]  # "name", always first
+    doubled = "{" + key + ":" + json.dumps(events[event]["name"], **compact) + "," + first[1:]
+    events_text = [json.dumps(e, **compact) for e in events]
+    events_text[event] = doubled
+    hostile = ('{"events":[' + ",".join(events_text) + "]}").encode()
+    with pytest.raises(ValidationException):
+        check_body(collect_decoder, hostile, "application/json", _collect_strings)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any, ClassVar, Generic, TypeVar
 
 import msgspec
@@ -25,6 +25,7 @@ from litestar.exceptions import ValidationException
 from litestar.typing import FieldDefinition
 
 from .messages import NOT_UTF8, plain
+from .schemas import CollectBody
 
 T = TypeVar("T")
 
@@ -75,7 +76,12 @@ class StructDTO(AbstractDTO[T], Generic[T]):
 
     def decode_bytes(self, value: bytes) -> Any:
         content_type = self.asgi_connection.headers.get("content-type")
-        return check_body(self._decoders[self.model_type], value, content_type)
+        return check_body(
+            self._decoders[self.model_type],
+            value,
+            content_type,
+            _KEY_COUNTERS.get(self.model_type),
+        )
 
     def decode_builtins(self, value: Any) -> Any:
         try:
@@ -84,8 +90,14 @@ class StructDTO(AbstractDTO[T], Generic[T]):
             raise _invalid(str(exc)) from None
 
 
-def check_body(decoder: msgspec.json.Decoder[Any], value: bytes, content_type: str | None) -> Any:
-    """Decode ``value`` with ``decoder``, or raise the 400 that says why not."""
+def check_body(
+    decoder: msgspec.json.Decoder[Any],
+    value: bytes,
+    content_type: str | None,
+    count_keys: Callable[[Any], int] | None = None,
+) -> Any:
+    """Decode ``value`` with ``decoder``, or raise the 400 that says why not. ``count_keys``
+    counts the keys of a decoded body (a fast path for the duplicate-key check)."""
     media = (content_type or "").split(";", 1)[0].strip().lower()
     if media not in JSON_TYPES:
         raise _refuse(
@@ -112,8 +124,38 @@ def check_body(decoder: msgspec.json.Decoder[Any], value: bytes, content_type: s
             words = f"{NOT_UTF8}: it contains a lone surrogate (\\ud800-\\udfff)"
             raise _refuse("$", words) from None
         raise _invalid(str(exc)) from None
-    _check_duplicate_keys(value)
+    if count_keys is None or not _no_duplicates_fast(value, count_keys(decoded)):
+        _check_duplicate_keys(value)
     return decoded
+
+
+def _no_duplicates_fast(value: bytes, decoded_strings: int) -> bool:
+    """True when ``value`` provably has no duplicate keys. Without a backslash, every ``"`` in
+    the text opens or closes a string, so the text holds ``count('"') / 2`` strings (keys and
+    string values); a duplicate key adds at least its own string to what was decoded. Equal
+    counts prove there was none; anything else (an escape, a ``null`` field, a duplicate) leaves
+    it to the full check. Two byte scans: microseconds for a 100-event batch."""
+    if b"\\" in value:
+        return False
+    return value.count(b'"') == 2 * decoded_strings
+
+
+def _collect_strings(body: CollectBody) -> int:
+    """JSON strings of a decoded collect body: its keys (``events``, each event's fields present,
+    metadata keys) and its string values."""
+    strings = 1
+    for event in body.events:
+        fields = msgspec.structs.astuple(event)
+        present = len(fields) - fields.count(None)
+        strings += 2 * present  # each field present: its key, and its value if a string
+        if event.metadata is not None:
+            strings -= 1  # metadata's value is an object, not a string
+            for item in event.metadata.values():
+                strings += 2 if isinstance(item, str) else 1
+    return strings
+
+
+_KEY_COUNTERS: dict[type, Callable[[Any], int]] = {CollectBody: _collect_strings}
 
 
 class _DuplicateKey(ValueError):
