@@ -103,3 +103,23 @@ def test_last_used_is_written_in_batches(chdb_path, tmp_path):
     # Stopping flushes once: one row for the thirty uses.
     with running(settings) as client:
         assert usage_rows(client, project_id) == 1
+
+
+def test_a_stale_refresh_does_not_bring_a_revoked_key_back():
+    """A refresh that read a key before it was revoked, applied after the revocation (the
+    suite once saw a revoked key accepted under load), leaves the key revoked."""
+    from datetime import UTC, datetime, timedelta
+
+    from tally.storage.projects import KeyRecord
+
+    registry = KeyRegistry(store=None)  # type: ignore[arg-type]  # apply() needs no storage
+    made = datetime(2026, 11, 23, 10, tzinfo=UTC)
+    live = KeyRecord(id="k", project_id="p", key_hash="h", revoked=False, updated_at=made)
+    revoked = KeyRecord(
+        id="k", project_id="p", key_hash="h", revoked=True, updated_at=made + timedelta(seconds=1)
+    )
+    registry.apply(live)
+    assert "h" in registry._live
+    registry.apply(revoked)  # this process revoked it
+    registry.apply(live)  # the stale read lands
+    assert "h" not in registry._live

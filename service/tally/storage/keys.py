@@ -45,6 +45,7 @@ class KeyRegistry:
         self.miss_interval = miss_interval
         self.usage_interval = usage_interval
         self._live: dict[str, KeyRecord] = {}  # key_hash -> record
+        self._revoked: dict[str, datetime] = {}  # key_hash -> when it was revoked
         self._since: datetime | None = None
         self._last_refresh = 0.0
         self._refreshing: asyncio.Task[None] | None = None
@@ -116,12 +117,21 @@ class KeyRegistry:
         self.refreshes += 1
 
     def apply(self, record: KeyRecord) -> None:
-        """Take a key's current state into memory (called for this process's own changes too)."""
+        """Take a key's current state into memory (called for this process's own changes too).
+
+        Revocations are remembered: a refresh that read the key before it was revoked and lands
+        after the revocation was applied must not bring the key back."""
         if record.revoked:
+            known = self._revoked.get(record.key_hash)
+            if known is None or known < record.updated_at:
+                self._revoked[record.key_hash] = record.updated_at
             current = self._live.get(record.key_hash)
             if current is not None and current.updated_at <= record.updated_at:
                 del self._live[record.key_hash]
         else:
+            revoked_at = self._revoked.get(record.key_hash)
+            if revoked_at is not None and revoked_at >= record.updated_at:
+                return  # a stale read of a key revoked since
             current = self._live.get(record.key_hash)
             if current is None or current.updated_at <= record.updated_at:
                 self._live[record.key_hash] = record
