@@ -1,4 +1,7 @@
 # Tally task runner. `just` lists the recipes.
+# Recipes run the `python` found on PATH (`python -m tally`, `python -m pytest`, ...), so they work
+# with whatever virtual environment is active, whatever it is called. `just install` makes one
+# called .venv; activate it (`. .venv/bin/activate`) before the other recipes.
 
 set dotenv-load := false
 
@@ -20,58 +23,58 @@ install:
 # run Tally on embedded storage (dev mode when no JWT settings are given)
 [group('serve')]
 serve *ARGS:
-    .venv/bin/tally serve {{ARGS}}
+    python -m tally serve {{ARGS}}
 
 # apply schema/ to the configured ClickHouse
 [group('serve')]
 migrate:
-    .venv/bin/tally migrate
+    python -m tally migrate
 
 # print a dev-mode session token for USER
 [group('serve')]
 token USER="dev":
-    .venv/bin/tally token --sub {{USER}}
+    python -m tally token --sub {{USER}}
 
 # --- test --------------------------------------------------------------------------------------
 
 # run the test suite (the same command CI runs, against the real engine)
 [group('test')]
 test *ARGS:
-    .venv/bin/python -m pytest {{ARGS}}
+    python -m pytest {{ARGS}}
 
 # the server suite: a ClickHouse server and the 2x2 cluster in Docker (skipped without an engine)
 [group('test')]
 test-server *ARGS:
-    .venv/bin/python -m pytest tests/server -rs {{ARGS}}
+    python -m pytest tests/server -rs {{ARGS}}
 
 # print the DDL for a ClickHouse cluster, as `tally migrate` would run it there
 [group('serve')]
 schema-cluster CLUSTER="tally_cluster":
-    .venv/bin/tally schema --cluster {{CLUSTER}}
+    python -m tally schema --cluster {{CLUSTER}}
 
 # --- bench -------------------------------------------------------------------------------------
 
 # the full benchmark suite (ingest and dashboard up to 100M events; takes a while)
 [group('bench')]
 bench *ARGS:
-    .venv/bin/python -m benchmarks {{ARGS}}
+    python -m benchmarks {{ARGS}}
 
 # the quick benchmark suite (under three minutes on 2 cores)
 [group('bench')]
 bench-quick *ARGS:
-    .venv/bin/python -m benchmarks --quick {{ARGS}}
+    python -m benchmarks --quick {{ARGS}}
 
 # --- lint --------------------------------------------------------------------------------------
 
 # ruff lint and format check, mypy
 [group('lint')]
 lint:
-    .venv/bin/ruff check service tests benchmarks
-    .venv/bin/ruff format --check service tests benchmarks
-    .venv/bin/mypy
+    python -m ruff check service tests benchmarks
+    python -m ruff format --check service tests benchmarks
+    python -m mypy
 
 # format the code
 [group('lint')]
 fmt:
-    .venv/bin/ruff format service tests benchmarks
-    .venv/bin/ruff check --fix service tests benchmarks
+    python -m ruff format service tests benchmarks
+    python -m ruff check --fix service tests benchmarks

@@ -20,8 +20,8 @@ class Server:
     """``tally serve`` on the data folder ``data``; ``settings`` are extra ``TALLY_*`` variables.
     Rate limits are off and keys refresh every half second unless ``settings`` say otherwise."""
 
-    def __init__(self, data: Path, **settings: str) -> None:
-        self.data, self.port = data, free_port()
+    def __init__(self, data: Path, port: int | None = None, **settings: str) -> None:
+        self.data, self.port = data, port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("TALLY_")}
         env.update(
@@ -42,7 +42,7 @@ class Server:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120  # waits for an event; generous on a busy machine
         while True:
             assert self.proc.poll() is None, (data / self.log.name).read_text()
             try:
@@ -52,6 +52,10 @@ class Server:
                 pass
             assert time.monotonic() < deadline, "tally serve did not start"
             time.sleep(0.2)
+
+    def workers(self) -> list[int]:
+        """PIDs of the server's granian workers (its child processes)."""
+        return children(self.proc.pid)
 
     def kill(self) -> None:
         os.killpg(self.proc.pid, signal.SIGKILL)  # granian's workers too: a machine crash
@@ -64,3 +68,29 @@ class Server:
             return self.proc.wait(timeout=timeout)
         finally:
             self.log.close()
+
+
+def children(pid: int) -> list[int]:
+    """Live child processes of ``pid`` (from /proc; Linux)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces, so split after its closing paren.
+        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+        if int(ppid) == pid and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a running process (a zombie counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

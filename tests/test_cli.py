@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import httpx
 import pytest
@@ -251,3 +252,84 @@ def test_serve_without_migrate_uses_the_schema_in_place(tmp_path):
         proc.send_signal(signal.SIGTERM)
         output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, output
+
+
+def test_token_never_creates_a_secret(tmp_path):
+    """With no secret where it looks, `tally token` fails, naming the folder and the fix, and
+    leaves nothing behind (a secret of its own would sign tokens no server accepts)."""
+    done = subprocess.run(
+        [*TALLY, "token", "--sub", "me"],
+        cwd=tmp_path,
+        env=clean_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert done.stdout == ""
+    assert f"no dev-mode secret in {tmp_path / '.tally'}" in done.stderr
+    assert "TALLY_DATA_DIR=" in done.stderr and "TALLY_JWT_SECRET" in done.stderr
+    assert not (tmp_path / ".tally").exists()
+
+
+@pytest.mark.slow
+def test_serve_log_prints_a_token_command_that_works_from_elsewhere(tmp_path):
+    server_dir, other_dir = tmp_path / "server", tmp_path / "elsewhere"
+    server_dir.mkdir()
+    other_dir.mkdir()
+    env = clean_env(tmp_path)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [*TALLY, "serve", "--port", str(port)],
+        cwd=server_dir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        command = None
+        for line in proc.stdout:  # the dev-mode warning comes before the server starts
+            if "For a session token run: " in line:
+                command = line.split("For a session token run: ", 1)[1].strip()
+                break
+        assert command, "the serve log printed no token command"
+        assert f"TALLY_DATA_DIR={server_dir / '.tally'}" in command
+        wait_healthy(url, proc)
+        # The printed command, as printed, from another directory.
+        token = subprocess.run(
+            command.replace("USER", "someone"),
+            shell=True,
+            cwd=other_dir,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout.strip()
+        created = httpx.post(
+            f"{url}/api/projects",
+            json={"name": "Elsewhere"},
+            headers={"authorization": f"Bearer {token}"},
+        )
+        assert created.status_code == 201, created.text
+        assert not (other_dir / ".tally").exists()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+
+
+def test_just_recipes_use_the_active_interpreter():
+    """No recipe but `install` names a virtual environment's folder: they run `python -m ...`."""
+    justfile = (Path(__file__).resolve().parents[1] / "justfile").read_text()
+    install = justfile.split("\ninstall:\n", 1)[1].split("\n\n", 1)[0]
+    elsewhere = [
+        line
+        for line in justfile.splitlines()
+        if ".venv/bin/" in line
+        and line not in install.splitlines()
+        and not line.lstrip().startswith("#")
+    ]
+    assert elsewhere == []
+    assert "python -m tally token" in justfile

@@ -11,7 +11,8 @@ import httpx
 import msgspec
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, assume, settings
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 from schemathesis.specs.openapi.checks import (
     allow_header_conformance,
     ignored_auth,
@@ -100,3 +101,72 @@ def test_api_without_credentials_conforms_too(case, server):
     )
     if case.path != "/api/health" and case.method.upper() in ("GET", "POST", "DELETE"):
         assert response.status_code in (400, 401, 404, 405, 413), response.text
+
+
+# --- byte level: what no schema generates ---------------------------------------------------
+def _body_operations() -> list[tuple[str, str]]:
+    """Every (method, path) of the document that takes a request body."""
+    raw = schema.raw_schema
+    return sorted(
+        (method.upper(), path)
+        for path, item in raw["paths"].items()
+        for method, operation in item.items()
+        if isinstance(operation, dict) and "requestBody" in operation
+    )
+
+
+VALID_BODIES = {
+    "/api/collect": b'{"events":[{"name":"pageview","path":"/p","metadata":{"k":"v"}}]}',
+    "/api/projects": b'{"name":"Site"}',
+    "/api/projects/keys": b'{"projectId":"000000000000000000000000","label":"ci"}',
+}
+
+
+@st.composite
+def mutated(draw: st.DrawFn, valid: bytes) -> bytes:
+    """``valid`` with bytes inserted, replaced or cut, or bytes of any kind instead."""
+    if draw(st.booleans()):
+        return draw(st.binary(max_size=300))
+    body = bytearray(valid)
+    for _ in range(draw(st.integers(1, 4))):
+        at = draw(st.integers(0, len(body)))
+        action = draw(st.sampled_from(["insert", "replace", "cut"]))
+        chunk = draw(
+            st.one_of(
+                st.binary(min_size=1, max_size=8),
+                st.sampled_from(
+                    [b"\xff", b"\xed\xa0\x80", b"\\ud800", b"\x00", b"\xef\xbb\xbf", b"[" * 50]
+                ),
+            )
+        )
+        if action == "insert":
+            body[at:at] = chunk
+        elif action == "replace":
+            body[at : at + len(chunk)] = chunk
+        else:
+            del body[at : at + draw(st.integers(1, 8))]
+    return bytes(body)
+
+
+@pytest.mark.parametrize(("method", "path"), _body_operations())
+def test_byte_level_bodies_never_get_a_5xx(server, method, path):
+    url, key = server
+    headers = {"authorization": f"Bearer {token('fuzz')}", "x-api-key": key}
+
+    @given(
+        body=mutated(VALID_BODIES[path]),
+        content_type=st.sampled_from(["application/json", "text/plain", None, "text/xml"]),
+    )
+    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+    def check(body: bytes, content_type: str | None) -> None:
+        sent = dict(headers)
+        if content_type:
+            sent["content-type"] = content_type
+        response = httpx.request(method, url + path, content=body, headers=sent, timeout=60)
+        assert response.status_code < 500, (body, response.text)
+        if response.status_code == 400:
+            payload = response.json()
+            assert payload["error"] == "Invalid payload", payload
+            assert all(d["path"].startswith("$") and d["message"] for d in payload["details"])
+
+    check()

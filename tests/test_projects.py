@@ -62,8 +62,13 @@ def test_create_and_list_projects(client, user):
     created = client.post("/api/projects", json={"name": "Shop"}, headers=auth(user))
     assert created.status_code == 201
     body = created.json()
-    assert set(body) == {"projectId", "apiKey"}
+    assert set(body) == {"projectId", "apiKey", "keyId"}
     assert OBJECT_ID.match(body["projectId"]) and body["apiKey"].startswith("tk_")
+    # keyId is the Default key's id: the one the key list shows, revocable by it.
+    [default] = client.get(
+        f"/api/projects/keys?projectId={body['projectId']}", headers=auth(user)
+    ).json()["keys"]
+    assert (default["id"], default["label"]) == (body["keyId"], "Default")
     second, _ = new_project(client, user=user, name="Blog")
     listed = client.get("/api/projects", headers=auth(user))
     assert listed.status_code == 200
@@ -151,17 +156,32 @@ def test_additional_keys_with_and_without_label(client, user):
     labelled = client.post(
         "/api/projects/keys", json={"projectId": project_id, "label": "CI"}, headers=auth(user)
     )
-    assert labelled.status_code == 201 and set(labelled.json()) == {"apiKey"}
+    assert labelled.status_code == 201
+    assert set(labelled.json()) == {"apiKey", "id", "label", "keyPreview", "createdAt"}
     plain = client.post("/api/projects/keys", json={"projectId": project_id}, headers=auth(user))
     assert plain.status_code == 201
+    # The answer describes the key exactly as the key list does (the list adds lastUsedAt).
+    listed = client.get(f"/api/projects/keys?projectId={project_id}", headers=auth(user)).json()
+    by_id = {k["id"]: k for k in listed["keys"]}
+    for made, label in ((labelled.json(), "CI"), (plain.json(), "Untitled")):
+        assert made["label"] == label
+        assert made["keyPreview"] == f"{made['apiKey'][:7]}\u2026{made['apiKey'][-4:]}"
+        assert ISO_MS.match(made["createdAt"])
+        expected = {k: v for k, v in made.items() if k != "apiKey"}
+        assert by_id[made["id"]] == {**expected, "lastUsedAt": None}
+    # The id is enough to revoke the key just made.
+    revoked = client.delete(
+        f"/api/projects/keys?projectId={project_id}&keyId={plain.json()['id']}", headers=auth(user)
+    )
+    assert revoked.status_code == 204
     labels = [
         k["label"]
         for k in client.get(
             f"/api/projects/keys?projectId={project_id}", headers=auth(user)
         ).json()["keys"]
     ]
-    assert labels == ["Default", "CI", "Untitled"]
-    for new_key in (labelled.json()["apiKey"], plain.json()["apiKey"]):
+    assert labels == ["Default", "CI"]
+    for new_key in (labelled.json()["apiKey"],):
         assert (
             client.post(
                 "/api/collect", json={"events": [{"name": "a"}]}, headers={"x-api-key": new_key}

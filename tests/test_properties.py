@@ -131,16 +131,25 @@ def test_invalid_batches_are_refused_whole(client, good, bad, position):
     )
 
 
-def test_duplicate_json_keys_take_the_last_value(client):
+def test_duplicate_json_keys_are_refused(client):
+    """JSON leaves duplicate keys to the reader; Tally refuses them rather than pick a reading."""
     project_id, key = new_project(client, user="prop")
-    raw = b'{"events": [{"name": "first", "name": "second", "path": "/x"}]}'
-    response = client.post(
-        "/api/collect", content=raw, headers={"x-api-key": key, "content-type": "application/json"}
-    )
-    assert response.status_code == 202
+    for raw in (
+        b'{"events": [{"name": "first", "name": "second", "path": "/x"}]}',
+        b'{"events": [{"name": "a", "metadata": {"k": 1, "k": 2}}]}',
+        b'{"events": [{"name": "a"}], "events": [{"name": "b"}]}',
+    ):
+        response = client.post(
+            "/api/collect",
+            content=raw,
+            headers={"x-api-key": key, "content-type": "application/json"},
+        )
+        assert response.status_code == 400, raw
+        assert response.json()["error"] == "Invalid payload"
+        assert "twice" in response.json()["details"][0]["message"]
     assert stored(
-        client, "SELECT name FROM {db}.events WHERE project_id = {p:String}", p=project_id
-    ) == [("second",)]
+        client, "SELECT count() FROM {db}.events WHERE project_id = {p:String}", p=project_id
+    ) == [(0,)]
 
 
 def test_sql_looking_strings_are_stored_verbatim(client):

@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 from litestar import Litestar
@@ -27,8 +28,11 @@ from .domain.privacy import IpHasher
 from .http.auth import SessionVerifier
 from .http.controllers import ProjectController, collect, dashboard, health
 from .http.errors import EXCEPTION_HANDLERS
+from .http.limits import body_cap
+from .http.limits_doc import markdown
 from .http.pages import PAGE_HANDLERS, WebFiles
 from .http.project_settings import document_project_fields
+from .http.query import strict_query
 from .http.ratelimit import RateLimits
 from .http.schemas import CLOSED_BODIES
 from .http.timeouts import body_deadline
@@ -39,6 +43,7 @@ from .storage.loader import Loader
 from .storage.migrate import migrate as apply_schema
 from .storage.projects import ProjectStore
 from .storage.writer import EVENT_COLUMNS, segment_inserter
+from .supervision import exit_with_parent
 
 log = logging.getLogger("tally")
 
@@ -185,10 +190,21 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
         state=state,
         lifespan=[lifespan],
         exception_handlers=EXCEPTION_HANDLERS,
-        openapi_config=OPENAPI,
+        # The document states every limit and default, as configured (http/limits_doc.py).
+        openapi_config=replace(
+            OPENAPI,
+            description=f"{OPENAPI.description}\n\n## Limits and defaults\n\n{markdown(settings)}",
+        ),
         cors_config=CORS,
         before_send=[add_security_headers],
-        middleware=[body_deadline(settings.body_timeout_seconds)],
+        # The cap first: an oversized body is refused before the deadline starts counting.
+        middleware=[
+            body_cap(settings.max_body_bytes),
+            body_deadline(settings.body_timeout_seconds),
+            strict_query,
+        ],
+        # Litestar's own cap, at the same figure, behind ours (it would otherwise be 10 MB).
+        request_max_body_size=settings.max_body_bytes or None,
         logging_config=None,
         debug=False,
     )
@@ -232,6 +248,7 @@ def _complete_openapi(app: Litestar) -> None:
 
 def app_factory() -> Litestar:
     """Entry point for granian workers: settings from the environment of the worker."""
+    exit_with_parent()  # a worker never outlives `tally serve` (tally/supervision.py)
     settings = load_settings()
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import click
 
-from .config import Settings, dev_secret, load_settings, settings_to_env
+from .config import DEV_SECRET_FILE, Settings, dev_secret, load_settings, settings_to_env
 
 log = logging.getLogger("tally")
 
@@ -101,8 +104,16 @@ def serve(host: str, port: int, workers: int, migrate: bool) -> None:
     from granian.constants import Interfaces
     from granian.http import HTTP1Settings
 
+    from .supervision import PARENT_ENV, port_is_free
+
     settings = load_settings()
     _setup_logging(settings)
+    # granian binds with SO_REUSEPORT, which would let a second server share the port silently.
+    if not port_is_free(host, port):
+        raise SystemExit(
+            f"tally: port {port} on {host} is already in use (another `tally serve`?); stop "
+            "that server or choose another port with --port"
+        )
     if settings.embedded and workers > 1:
         raise SystemExit(
             "tally: the embedded ClickHouse engine allows one process, so --workers must be 1. "
@@ -112,8 +123,9 @@ def serve(host: str, port: int, workers: int, migrate: bool) -> None:
         dev_secret(settings)
         log.warning(
             "dev mode: no TALLY_JWT_SECRET or TALLY_JWKS_URL set; sessions are signed with a "
-            "random secret kept in %s. Run `tally token --sub USER` for a session token.",
+            "random secret kept in %s. For a session token run: %s",
             settings.data_path,
+            token_command(settings),
         )
     # The schema is applied by a child process, so that this one never holds the embedded
     # engine that the worker is about to open.
@@ -123,6 +135,8 @@ def serve(host: str, port: int, workers: int, migrate: bool) -> None:
         if done.returncode != 0:
             raise SystemExit("tally: not starting, the schema could not be applied (see above)")
     os.environ.update(settings_to_env(settings))
+    # Workers die with this process (tally.supervision.exit_with_parent reads it).
+    os.environ[PARENT_ENV] = str(os.getpid())
     server = Granian(
         "tally.app:app_factory",
         factory=True,
@@ -132,12 +146,30 @@ def serve(host: str, port: int, workers: int, migrate: bool) -> None:
         workers=workers,
         log_access=False,
         workers_kill_timeout=settings.shutdown_timeout_seconds,
+        # A worker killed alone (OOM killer, kill -9) is replaced; one that crashes again within
+        # seconds of its start stops the server instead of looping.
+        respawn_failed_workers=True,
         http1_settings=HTTP1Settings(
             header_read_timeout=int(settings.header_timeout_seconds * 1000)
         ),
     )
     log.info("Tally listening on http://%s:%d", host, port)
     server.serve()
+
+
+def _tally() -> str:
+    """How to run this same Tally from a shell: ``tally`` if that is what PATH finds, else this
+    interpreter with ``-m tally``."""
+    found = shutil.which("tally")
+    here = Path(sys.executable).parent / "tally"
+    if found and Path(found).resolve() == here.resolve():
+        return "tally"
+    return f"{shlex.quote(sys.executable)} -m tally"
+
+
+def token_command(settings: Settings, sub: str = "USER") -> str:
+    """The `tally token` command that signs with this server's dev secret, from any directory."""
+    return f"TALLY_DATA_DIR={shlex.quote(str(settings.data_path))} {_tally()} token --sub {sub}"
 
 
 @main.command()
@@ -156,7 +188,17 @@ def token(sub: str, ttl: int) -> None:
     settings = load_settings()
     if settings.jwks_url:
         raise SystemExit("tally: sessions come from your identity provider (TALLY_JWKS_URL is set)")
-    secret = settings.jwt_secret or dev_secret(settings)
+    try:
+        # Never created here: a secret made by `tally token` would sign tokens no server accepts.
+        secret = settings.jwt_secret or dev_secret(settings, create=False)
+    except FileNotFoundError:
+        raise SystemExit(
+            f"tally: no dev-mode secret in {settings.data_path} (no {DEV_SECRET_FILE} there, "
+            "and TALLY_JWT_SECRET is not set). `tally serve` creates it in its data folder when "
+            "it starts. Run `tally token` with the server's folder, e.g. "
+            f"TALLY_DATA_DIR=/path/to/.tally {_tally()} token --sub {shlex.quote(sub)} (the "
+            "server's log prints the exact command), or set the TALLY_JWT_SECRET the server uses."
+        ) from None
     claims = {}
     if settings.jwt_issuer:
         claims["iss"] = settings.jwt_issuer

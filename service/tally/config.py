@@ -73,6 +73,11 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     collect_limit_per_ip: str = "10000/second"
     session_limit_per_user: str = "100/second"
 
+    # Largest request body in bytes, on every endpoint (413 beyond it, refused before it is read
+    # whole). The default, 7 MiB, admits the largest valid collect batch (6,737,612 bytes: 100
+    # events at every field's maximum, metadata included); 0 disables the cap.
+    max_body_bytes: int = 7 * 1024 * 1024
+
     # Slow clients: seconds to send the headers (granian) and then the whole body (408 after).
     header_timeout_seconds: float = 10.0
     body_timeout_seconds: float = 10.0

@@ -99,7 +99,8 @@ def to_rows(
                 occurred = to_millis(parse_time(event.occurred_at))
             except ValueError:
                 raise InvalidEvent(
-                    f"$.events[{index}].occurredAt", "must be an ISO 8601 datetime"
+                    f"$.events[{index}].occurredAt",
+                    "must be a real ISO 8601 date-time, e.g. 2026-11-23T10:00:00Z",
                 ) from None
             if occurred < 0:
                 raise InvalidEvent(

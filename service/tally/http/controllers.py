@@ -16,19 +16,17 @@ from litestar.params import JSONBody, QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_202_ACCEPTED, HTTP_204_NO_CONTENT
 
 from ..domain import events as event_rules
-from ..domain.ids import OBJECT_ID_PATTERN, iso, utcnow
+from ..domain.ids import OBJECT_ID_PATTERN, iso, key_preview, utcnow
 from ..domain.metrics import MAX_DAYS, Window
 from ..domain.projects import DEFAULT_TIMEZONE
 from ..storage import dashboard as dashboard_queries
-from ..storage.projects import ProjectStore
+from ..storage.projects import UNTITLED_LABEL, ProjectStore
 from . import schemas as s
 from .auth import api_key_guard, session_guard
 from .decoding import StructDTO
 from .project_settings import clean_name, clean_timezone, listed
 from .ratelimit import RateLimits, client_ip
 from .views import build_dashboard
-
-MAX_BODY_BYTES = 1024 * 1024
 
 ProjectIdParam = Annotated[
     str,
@@ -53,7 +51,7 @@ def _errors(*statuses: int) -> dict[int, ResponseSpec]:
         400: "invalid payload or query",
         401: "missing or invalid credentials",
         404: "project (or key) not found, or owned by another user",
-        413: "body over 1 MiB",
+        413: "body over the cap (TALLY_MAX_BODY_BYTES, default 7 MiB)",
         429: "rate limit exceeded (see Retry-After)",
         503: "storage unavailable; retry (see Retry-After)",
     }
@@ -110,7 +108,7 @@ class ProjectController(Controller):
             state.store.create_project, user, name, timezone
         )
         state.registry.apply(record)
-        return s.ProjectCreated(project_id=project.id, api_key=key)
+        return s.ProjectCreated(project_id=project.id, api_key=key, key_id=record.id)
 
     @patch(
         "/",
@@ -198,7 +196,13 @@ class ProjectController(Controller):
         await _owned_project(state, user, data.project_id)
         key, record = await state.storage.run(state.store.create_key, data.project_id, data.label)
         state.registry.apply(record)
-        return s.KeyCreated(api_key=key)
+        return s.KeyCreated(
+            api_key=key,
+            id=record.id,
+            label=data.label or UNTITLED_LABEL,
+            key_preview=key_preview(key),
+            created_at=iso(record.updated_at),  # a new key's creation is its last change
+        )
 
     @delete(
         "/keys",
@@ -252,7 +256,6 @@ COLLECT_EXAMPLE = Example(
     "/api/collect",
     status_code=HTTP_202_ACCEPTED,
     guards=[api_key_guard],
-    request_max_body_size=MAX_BODY_BYTES,
     responses=_errors(400, 401, 413, 429, 503),
     tags=["collect"],
     security=[{"apiKey": []}, {"apiKeyQuery": []}],

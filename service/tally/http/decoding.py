@@ -6,12 +6,17 @@ server's time. ``StructDTO`` plugs into Litestar's DTO seam instead: one
 ``msgspec.json.Decoder(Type)`` per type, made once, does parsing and validation together, and
 its errors leave through the same ``ValidationException`` (so the same 400 body). The OpenAPI
 document is generated from the Struct exactly as before.
+
+Every byte sequence ends as a body or as a 400 with plain words (http/messages.py): a missing or
+foreign content type, a byte order mark, bytes that are not UTF-8 (lone surrogates included),
+a raw NUL byte, duplicate keys, numbers out of range, nesting of any depth.
 """
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any, ClassVar, Generic, TypeVar
 
 import msgspec
@@ -19,9 +24,21 @@ from litestar.dto import AbstractDTO, DTOConfig, DTOFieldDefinition
 from litestar.exceptions import ValidationException
 from litestar.typing import FieldDefinition
 
+from .messages import NOT_UTF8, plain
+from .schemas import CollectBody
+
 T = TypeVar("T")
 
-__all__ = ["StructDTO"]
+__all__ = ["StructDTO", "check_body"]
+
+# Media types a body may be declared as (the contract: JSON, and text/plain for beacons).
+JSON_TYPES = ("application/json", "text/plain")
+_BOM = b"\xef\xbb\xbf"
+# A \u escape of a UTF-16 surrogate that is not part of a high+low pair.
+_LONE_SURROGATE = re.compile(
+    rb"(?<!\\)(?:\\\\)*\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
+    rb"|(?<!\\)(?:\\\\)*(?<![dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
 
 
 class StructDTO(AbstractDTO[T], Generic[T]):
@@ -58,12 +75,13 @@ class StructDTO(AbstractDTO[T], Generic[T]):
         )
 
     def decode_bytes(self, value: bytes) -> Any:
-        try:
-            return self._decoders[self.model_type].decode(value)
-        except msgspec.ValidationError as exc:
-            raise _invalid(str(exc)) from None
-        except msgspec.DecodeError as exc:
-            raise _invalid(str(exc) if value else "a JSON body is required") from None
+        content_type = self.asgi_connection.headers.get("content-type")
+        return check_body(
+            self._decoders[self.model_type],
+            value,
+            content_type,
+            _KEY_COUNTERS.get(self.model_type),
+        )
 
     def decode_builtins(self, value: Any) -> Any:
         try:
@@ -72,15 +90,118 @@ class StructDTO(AbstractDTO[T], Generic[T]):
             raise _invalid(str(exc)) from None
 
 
+def check_body(
+    decoder: msgspec.json.Decoder[Any],
+    value: bytes,
+    content_type: str | None,
+    count_keys: Callable[[Any], int] | None = None,
+) -> Any:
+    """Decode ``value`` with ``decoder``, or raise the 400 that says why not. ``count_keys``
+    counts the keys of a decoded body (a fast path for the duplicate-key check)."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if media not in JSON_TYPES:
+        raise _refuse(
+            "$",
+            "the content type must be application/json (or text/plain)"
+            + (f", not {media}" if media else "; none was given"),
+        )
+    if not value.strip():
+        raise _refuse("$", "a JSON body is required")
+    if value.startswith(_BOM):
+        raise _refuse("$", "starts with a byte order mark (BOM); send UTF-8 JSON without one")
+    try:
+        decoded = decoder.decode(value)
+    except UnicodeDecodeError:
+        raise _refuse("$", NOT_UTF8) from None
+    except msgspec.ValidationError as exc:
+        raise _invalid(str(exc)) from None
+    except msgspec.DecodeError as exc:
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _refuse("$", NOT_UTF8) from None
+        if _LONE_SURROGATE.search(value):
+            words = f"{NOT_UTF8}: it contains a lone surrogate (\\ud800-\\udfff)"
+            raise _refuse("$", words) from None
+        raise _invalid(str(exc)) from None
+    if count_keys is None or not _no_duplicates_fast(value, count_keys(decoded)):
+        _check_duplicate_keys(value)
+    return decoded
+
+
+def _no_duplicates_fast(value: bytes, decoded_strings: int) -> bool:
+    """True when ``value`` provably has no duplicate keys. Without a backslash, every ``"`` in
+    the text opens or closes a string, so the text holds ``count('"') / 2`` strings (keys and
+    string values); a duplicate key adds at least its own string to what was decoded. Equal
+    counts prove there was none; anything else (an escape, a ``null`` field, a duplicate) leaves
+    it to the full check. Two byte scans: microseconds for a 100-event batch."""
+    if b"\\" in value:
+        return False
+    return value.count(b'"') == 2 * decoded_strings
+
+
+def _collect_strings(body: CollectBody) -> int:
+    """JSON strings of a decoded collect body: its keys (``events``, each event's fields present,
+    metadata keys) and its string values."""
+    strings = 1
+    for event in body.events:
+        fields = msgspec.structs.astuple(event)
+        present = len(fields) - fields.count(None)
+        strings += 2 * present  # each field present: its key, and its value if a string
+        if event.metadata is not None:
+            strings -= 1  # metadata's value is an object, not a string
+            for item in event.metadata.values():
+                strings += 2 if isinstance(item, str) else 1
+    return strings
+
+
+_KEY_COUNTERS: dict[type, Callable[[Any], int]] = {CollectBody: _collect_strings}
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return out
+
+
+def _check_duplicate_keys(value: bytes) -> None:
+    """JSON leaves duplicate keys to the reader (msgspec keeps the last one); Tally refuses them,
+    so that what is stored is never one of two readings of the body."""
+    try:
+        json.loads(value, object_pairs_hook=_unique)
+    except _DuplicateKey as exc:
+        raise _refuse("$", f"has the key {str(exc)!r} twice in one object") from None
+    except (ValueError, RecursionError):
+        # Already decoded by msgspec; the standard parser's own limits are not the contract's.
+        return
+
+
+def _refuse(path: str, message: str) -> ValidationException:
+    return ValidationException(
+        detail="Validation failed", extra=[{"message": message, "key": path, "source": "body"}]
+    )
+
+
 _AT = re.compile(r"`\$\.?(.*)`$")
 
 
 def _invalid(message: str) -> ValidationException:
-    """msgspec's "<message> - at `$.a.b`" (or "- at `key` in `$.a`") as Litestar's validation
-    error for the body, so the 400 body names the same path Litestar's own decoding named."""
+    """msgspec's "<message> - at `$.a.b`" (or "- at `key` in `$.a`") as a validation error for
+    the body, in plain words (http/messages.py), naming the path."""
     text, _, where = message.partition(" - ")
     match = _AT.search(where)
-    key = match.group(1) if match and match.group(1) else None
+    key = match.group(1) if match and match.group(1) else ""
+    path = "$" + ("" if not key or key.startswith("[") else ".") + key
+    path, words = plain(text, path, in_key=where.startswith("at `key` in"))
     return ValidationException(
-        detail="Validation failed", extra=[{"message": text, "key": key, "source": "body"}]
+        detail="Validation failed", extra=[{"message": words, "key": path, "source": "body"}]
     )

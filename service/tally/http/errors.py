@@ -18,6 +18,7 @@ from ..domain.events import InvalidEvent
 from ..domain.query_errors import InvalidQuery
 from ..storage.ingestlog import LogFull
 from ..storage.writer import StorageUnavailable
+from .messages import plain
 from .schemas import Error, ErrorDetail
 
 log = logging.getLogger("tally.http")
@@ -72,6 +73,8 @@ def _camel(name: str) -> str:
 def _path(key: Any, in_query: bool = False) -> str:
     if not key or key == "data":
         return "$"
+    if str(key).startswith("$"):
+        return str(key)  # already a path (http/decoding.py)
     key = _camel(str(key)) if in_query else str(key)
     return "$" + ("" if key.startswith("[") else ".") + key
 
@@ -82,12 +85,14 @@ def validation_handler(_: Request[Any, Any, Any], exc: ValidationException) -> R
         "query parameter" in (exc.detail or "")
     )
     details = [
-        ErrorDetail(path=_path(item.get("key"), in_query), message=str(item.get("message", "")))
+        ErrorDetail(
+            *plain(str(item.get("message", "")), _path(item.get("key"), in_query), in_query)
+        )
         for item in extra
         if isinstance(item, dict)
     ]
     if not details:
-        details = [ErrorDetail(path="$", message=_clean(exc.detail))]
+        details = [ErrorDetail(*plain(_clean(exc.detail), "$", in_query))]
     return error_response(
         HTTP_400_BAD_REQUEST, INVALID_QUERY if in_query else INVALID_PAYLOAD, details
     )
@@ -108,7 +113,7 @@ def http_handler(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Erro
     details = None
     if status == HTTP_400_BAD_REQUEST:
         # Malformed JSON and other body errors Litestar raises before validation.
-        details = [ErrorDetail(path="$", message=_clean(detail))]
+        details = [ErrorDetail(*plain(_clean(detail), "$"))]
     return error_response(status, error, details, headers=dict(exc.headers or {}))
 
 

@@ -94,6 +94,7 @@ class UpdateProject(Struct, rename="camel", forbid_unknown_fields=True):
 class ProjectCreated(Struct, rename="camel"):
     project_id: str
     api_key: str
+    key_id: str  # the Default key's id (to revoke it without matching previews)
 
 
 class Project(Struct, rename="camel"):
@@ -114,7 +115,13 @@ class CreateKey(Struct, rename="camel", forbid_unknown_fields=True):
 
 
 class KeyCreated(Struct, rename="camel"):
+    """The new key, shown once, and the same fields the key list shows for it."""
+
     api_key: str
+    id: str
+    label: str
+    key_preview: str
+    created_at: str
 
 
 class ApiKey(Struct, rename="camel"):

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
 from ..domain.ids import utcnow
@@ -34,12 +35,17 @@ class KeyRegistry:
         refresh_interval: float = 2.0,
         miss_interval: float = 0.5,
         usage_interval: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
+        # ``clock`` and ``sleep`` pace the early refreshes; tests inject a clock of their own.
+        self._clock, self._sleep = clock, sleep
         self.store = store
         self.refresh_interval = refresh_interval
         self.miss_interval = miss_interval
         self.usage_interval = usage_interval
         self._live: dict[str, KeyRecord] = {}  # key_hash -> record
+        self._revoked: dict[str, datetime] = {}  # key_hash -> when it was revoked
         self._since: datetime | None = None
         self._last_refresh = 0.0
         self._refreshing: asyncio.Task[None] | None = None
@@ -93,14 +99,14 @@ class KeyRegistry:
         Concurrent callers share one query.
         """
         if self._refreshing is None or self._refreshing.done():
-            delay = max(0.0, self._last_refresh + min_age - time.monotonic())
+            delay = max(0.0, self._last_refresh + min_age - self._clock())
             self._refreshing = asyncio.get_running_loop().create_task(self._refresh(delay))
         await asyncio.shield(self._refreshing)
 
     async def _refresh(self, delay: float = 0.0) -> None:
         if delay > 0:
-            await asyncio.sleep(delay)
-        started = time.monotonic()
+            await self._sleep(delay)
+        started = self._clock()
         since = None if self._since is None else self._since - _OVERLAP
         changes = await asyncio.to_thread(self.store.key_changes, since)
         for record in changes:
@@ -111,12 +117,21 @@ class KeyRegistry:
         self.refreshes += 1
 
     def apply(self, record: KeyRecord) -> None:
-        """Take a key's current state into memory (called for this process's own changes too)."""
+        """Take a key's current state into memory (called for this process's own changes too).
+
+        Revocations are remembered: a refresh that read the key before it was revoked and lands
+        after the revocation was applied must not bring the key back."""
         if record.revoked:
+            known = self._revoked.get(record.key_hash)
+            if known is None or known < record.updated_at:
+                self._revoked[record.key_hash] = record.updated_at
             current = self._live.get(record.key_hash)
             if current is not None and current.updated_at <= record.updated_at:
                 del self._live[record.key_hash]
         else:
+            revoked_at = self._revoked.get(record.key_hash)
+            if revoked_at is not None and revoked_at >= record.updated_at:
+                return  # a stale read of a key revoked since
             current = self._live.get(record.key_hash)
             if current is None or current.updated_at <= record.updated_at:
                 self._live[record.key_hash] = record

@@ -138,7 +138,10 @@
     }
     let message = STATUS_TEXT[res.status] || `Tally answered ${res.status}${data && data.error ? ': ' + data.error : ''}.`;
     if (res.status === 400 && data && data.details) {
-      message = `${data.error}: ${data.details.map((d) => `${d.path} ${d.message}`).join('; ')}`;
+      // The API's details say which rule failed, in plain words, at a path: "$.name" + "must be
+      // 2 to 60 characters" reads "name must be 2 to 60 characters".
+      const field = (p) => (p && p !== '$' ? p.replace(/^\$\.?/, '') : 'the request');
+      message = `Please check: ${data.details.map((d) => `${field(d.path)} ${d.message}`).join('; ')}.`;
     }
     throw new ApiError(res.status, message);
   }

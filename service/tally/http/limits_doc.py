@@ -1,0 +1,74 @@
+"""Every limit and default of the API, in one table: the README and the OpenAPI document both
+show :func:`markdown` (tests/test_limits_doc.py checks the README holds it verbatim)."""
+
+from __future__ import annotations
+
+from ..config import Settings
+from ..domain.metrics import MAX_DAYS
+from .limits import SMALL_BODY_BYTES
+
+DEFAULT_DAYS = 14  # the API's default window (GET /api/dashboard)
+PAGE_DAYS = 7  # the window the dashboard page opens on (web/app.js DEFAULT_DAYS)
+LARGEST_VALID_BATCH = 6_737_612  # bytes; built and sent by tests/test_limits.py
+
+
+def rows(settings: Settings | None = None) -> list[tuple[str, str]]:
+    s = settings or Settings()
+    cap = s.max_body_bytes
+    return [
+        ("project `name`", "required, 2–60 characters"),
+        ("key `label`", "1–60 characters; default `Untitled` (a project's first key: `Default`)"),
+        ("`projectId`, `keyId`", "24 lowercase hex characters"),
+        (
+            "`days` (dashboard)",
+            f"an integer 1–{MAX_DAYS}; default {DEFAULT_DAYS} in the API. The dashboard page opens "
+            f"on {PAGE_DAYS} days (its own choice; it always sends `days`)",
+        ),
+        ("events per collect request", "1–100"),
+        ("event `name`", "required, 1–100 characters"),
+        ("`path`", "at most 2048 characters"),
+        ("`url`, `referrer`", "at most 4096 characters each"),
+        ("`sessionId`, `visitorId`", "at most 200 characters each"),
+        (
+            "`occurredAt`",
+            "ISO 8601 date-time from 1970 on (e.g. `2026-11-23T10:00:00Z`); no offset means "
+            "UTC; omitted, or later than receipt, means the receipt time",
+        ),
+        (
+            "`metadata`",
+            "at most 50 keys of 1–100 characters; values strings of at most 1024 characters, "
+            "numbers (64-bit integers or doubles), booleans or null",
+        ),
+        (
+            "request body",
+            f"`TALLY_MAX_BODY_BYTES`, default {cap:,} bytes ({cap / 2**20:g} MiB) on collect: the "
+            f"largest valid batch (100 events at every maximum) is {LARGEST_VALID_BATCH:,} bytes; "
+            f"{SMALL_BODY_BYTES // 1024} KiB on the other endpoints; 413 beyond",
+        ),
+        (
+            "body encoding",
+            "UTF-8 JSON, no byte order mark, no duplicate keys; content type "
+            "`application/json` or `text/plain`",
+        ),
+        (
+            "collect rate limits",
+            f"`TALLY_COLLECT_LIMIT_PER_KEY` {s.collect_limit_per_key} per key, "
+            f"`TALLY_COLLECT_LIMIT_PER_IP` {s.collect_limit_per_ip} per client IP; 429 beyond",
+        ),
+        (
+            "session endpoints rate limit",
+            f"`TALLY_SESSION_LIMIT_PER_USER` {s.session_limit_per_user} per user; 429 beyond",
+        ),
+        (
+            "slow clients",
+            f"headers within {s.header_timeout_seconds:g} s, then the body within "
+            f"{s.body_timeout_seconds:g} s (408)",
+        ),
+        ("dashboard lists", "top lists 10 rows; `recentEvents` 20; `liveVisitors` last 5 minutes"),
+    ]
+
+
+def markdown(settings: Settings | None = None) -> str:
+    lines = ["| what | limit or default |", "|---|---|"]
+    lines += [f"| {what} | {rule} |" for what, rule in rows(settings)]
+    return "\n".join(lines)

@@ -1,0 +1,108 @@
+"""Process supervision of ``tally serve``: a worker never outlives its server, and a second server
+never shares a port.
+
+granian runs the app in worker processes whose parent is the ``tally serve`` process. If that
+parent is killed (``kill -9``, the OOM killer) a worker would be re-parented and keep serving,
+holding the port and the embedded engine's lock, so a restart fails. :func:`exit_with_parent`
+runs in each worker when the app is built: on Linux the kernel sends the worker SIGKILL when its
+parent dies (``PR_SET_PDEATHSIG``), and everywhere a watchdog thread does the same on seeing the
+parent change. Nothing acknowledged is lost by that: an event is acknowledged only once stored.
+
+granian binds its listening socket with ``SO_REUSEPORT``, so a second server on a taken port would
+start and share the traffic. :func:`port_is_free` binds without it first.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+
+log = logging.getLogger("tally")
+
+# Set by `tally serve` to its own PID before granian spawns the workers (they inherit it).
+PARENT_ENV = "TALLY_SERVE_PID"
+_PR_SET_PDEATHSIG = 1
+WATCH_INTERVAL_SECONDS = 0.5
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _set_pdeathsig() -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def exit_with_parent(environ: dict[str, str] | None = None) -> bool:
+    """In a worker of ``tally serve``: die with the server. Returns whether it applies (the
+    variable :data:`PARENT_ENV` names this process's parent)."""
+    env = os.environ if environ is None else environ
+    try:
+        parent = int(env.get(PARENT_ENV, ""))
+    except ValueError:
+        return False
+    if parent != os.getppid() and parent != os.getpid():
+        # The parent is already gone (re-parented before we got here), or this is not a worker.
+        if not _parent_alive(parent):
+            _die()
+        return False
+    if parent == os.getpid():
+        return False  # the server process itself (a single-process run): nothing to watch
+    _set_pdeathsig()
+    # The kernel's signal covers Linux; the watchdog covers the rest and the moment between
+    # fork and prctl (the parent may have died before prctl ran).
+    if os.getppid() != parent:
+        _die()
+    thread = threading.Thread(target=_watch, args=(parent,), name="tally-parent-watch", daemon=True)
+    thread.start()
+    return True
+
+
+def _parent_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _watch(parent: int) -> None:
+    stop = threading.Event()
+    while not stop.wait(WATCH_INTERVAL_SECONDS):
+        if os.getppid() != parent:
+            log.error("the tally serve process (PID %d) is gone: this worker exits", parent)
+            _die()
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """Whether ``host:port`` can be bound by a socket without ``SO_REUSEPORT`` (``SO_REUSEADDR``
+    set, as servers do, so connections of a previous run in TIME_WAIT do not count)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        return True  # granian will report the address itself
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return False
+                raise
+    return True

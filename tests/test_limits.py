@@ -1,0 +1,150 @@
+"""The body cap: the largest batch that validation accepts is admitted; one byte over the cap is
+413 on every endpoint, refused before the body is read whole (declared length) or as soon as the
+bytes received pass the cap (chunked)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import httpx
+import msgspec
+import pytest
+
+from conftest import auth, new_project, stored
+from served import Server
+from tally.config import Settings
+from tally.http.limits import SMALL_BODY_BYTES
+from tally.http.schemas import collect_decoder
+
+DEFAULT_CAP = Settings().max_body_bytes
+
+
+def largest_valid_batch() -> bytes:
+    """100 events at every field's maximum, in compact plain-ASCII JSON."""
+    event = {
+        "name": "n" * 100,
+        "path": "/" + "p" * 2047,
+        "url": "u" * 4096,
+        "referrer": "r" * 4096,
+        "sessionId": "s" * 200,
+        "visitorId": "v" * 200,
+        "occurredAt": "2026-11-23T10:00:00.000000+00:00",  # the longest form the pattern takes
+        "metadata": {f"{i:03d}" + "k" * 97: "x" * 1024 for i in range(50)},
+    }
+    return msgspec.json.encode({"events": [event] * 100})
+
+
+def padded(body: bytes, size: int) -> bytes:
+    """``body`` grown to ``size`` bytes with JSON whitespace (still the same valid document)."""
+    assert len(body) <= size
+    return body[:-1] + b" " * (size - len(body)) + body[-1:]
+
+
+def post_collect(client, key, content):
+    return client.post(
+        "/api/collect",
+        content=content,
+        headers={"x-api-key": key, "content-type": "application/json"},
+    )
+
+
+def test_the_largest_valid_batch_fits_under_the_default_cap(client):
+    body = largest_valid_batch()
+    collect_decoder.decode(body)  # valid by the contract's own rules
+    assert len(body) == 6_737_612
+    assert len(body) <= DEFAULT_CAP
+    project_id, key = new_project(client, user="cap-owner")
+    response = post_collect(client, key, body)
+    assert (response.status_code, response.json()) == (202, {"accepted": 100})
+    rows = stored(
+        client, "SELECT count() FROM {db}.events WHERE project_id = {p:String}", p=project_id
+    )
+    assert rows == [(100,)]
+
+
+def test_exactly_the_cap_is_read_and_one_byte_more_is_413(client):
+    _, key = new_project(client, user="cap-owner-2")
+    body = msgspec.json.encode({"events": [{"name": "pageview"}]})
+    assert post_collect(client, key, padded(body, DEFAULT_CAP)).status_code == 202
+    response = post_collect(client, key, padded(body, DEFAULT_CAP + 1))
+    assert (response.status_code, response.json()) == (413, {"error": "Payload too large"})
+
+
+@pytest.mark.parametrize("path", ["/api/projects", "/api/projects/keys"])
+def test_small_endpoints_refuse_more_than_their_cap(client, path):
+    body = msgspec.json.encode({"name": "Site"}) if path == "/api/projects" else b'{"label":"a"}'
+    response = client.post(path, content=padded(body, SMALL_BODY_BYTES + 1), headers=auth("cap"))
+    assert (response.status_code, response.json()) == (413, {"error": "Payload too large"})
+    # 2 MB (read whole and answered 400 before the cap existed)
+    response = client.post(path, content=padded(body, 2_000_000), headers=auth("cap"))
+    assert response.status_code == 413
+
+
+def test_the_cap_is_configurable(make_client):
+    with make_client(max_body_bytes=1000) as client:
+        _, key = new_project(client, user="owner")
+        body = msgspec.json.encode({"events": [{"name": "pageview"}]})
+        assert post_collect(client, key, padded(body, 1000)).status_code == 202
+        assert post_collect(client, key, padded(body, 1001)).status_code == 413
+
+
+# --- a real server: refused before the body is read ------------------------------------------
+def raw_request(port: int, head: bytes, chunks: list[bytes]) -> bytes:
+    """Send ``head`` then ``chunks`` (stopping if the server has answered and closed); return
+    what the server answered."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(head)
+        for chunk in chunks:
+            try:
+                sock.sendall(chunk)
+            except (BrokenPipeError, ConnectionResetError):
+                break
+        sock.settimeout(30)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            try:
+                data = sock.recv(65536)
+            except ConnectionResetError:
+                break
+            if not data:
+                break
+            answer += data
+        return answer
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    data: Path = tmp_path_factory.mktemp("cap")
+    served = Server(data, TALLY_MAX_BODY_BYTES="100000")
+    created = httpx.post(f"{served.url}/api/projects", json={"name": "cap"}, headers=auth("cap"))
+    served.key = created.json()["apiKey"]
+    yield served
+    served.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["/api/collect", "/api/projects", "/api/projects/keys"])
+def test_a_declared_length_over_the_cap_is_refused_without_reading_the_body(server, path):
+    # The body is never sent: the server answers from the headers alone.
+    head = (
+        f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        f"x-api-key: tk_x\r\ncontent-length: {10**9}\r\n\r\n"
+    ).encode()
+    answer = raw_request(server.port, head, [])
+    assert answer.startswith(b"HTTP/1.1 413"), answer
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["/api/collect", "/api/projects"])
+def test_a_chunked_body_is_cut_off_when_it_passes_the_cap(server, path):
+    head = (
+        f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        f"x-api-key: {server.key}\r\nauthorization: {auth('cap')['authorization']}\r\n"
+        "transfer-encoding: chunked\r\n\r\n"
+    ).encode()
+    chunk = b" " * 8192
+    framed = f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n"
+    # 20 MB offered; the answer comes after a little more than the cap.
+    answer = raw_request(server.port, head, [framed] * 2500)
+    assert answer.startswith(b"HTTP/1.1 413"), answer

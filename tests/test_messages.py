@@ -1,0 +1,160 @@
+"""Every ``details[].message`` says in plain words which rule failed, at the path of the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import auth, new_project
+
+ISO = "must be an ISO 8601 date-time, e.g. 2026-11-23T10:00:00Z"
+
+
+def event(**fields):
+    return {"events": [{"name": "pageview", **fields}]}
+
+
+COLLECT = [
+    ({}, "$.events", "is required"),
+    ({"events": []}, "$.events", "must have at least 1 event"),
+    ({"events": [{"name": "a"}] * 101}, "$.events", "must be at most 100 events"),
+    ({"events": "x"}, "$.events", "must be an array, not a string"),
+    ({"events": [{}]}, "$.events[0].name", "is required"),
+    ({"events": [{"name": ""}]}, "$.events[0].name", "must be 1 to 100 characters"),
+    ({"events": [{"name": "n" * 101}]}, "$.events[0].name", "must be 1 to 100 characters"),
+    ({"events": [{"name": 1}]}, "$.events[0].name", "must be a string, not an integer"),
+    (event(path="p" * 2049), "$.events[0].path", "must be at most 2048 characters"),
+    (event(url="u" * 4097), "$.events[0].url", "must be at most 4096 characters"),
+    (event(referrer="r" * 4097), "$.events[0].referrer", "must be at most 4096 characters"),
+    (event(sessionId="s" * 201), "$.events[0].sessionId", "must be at most 200 characters"),
+    (event(visitorId="v" * 201), "$.events[0].visitorId", "must be at most 200 characters"),
+    (event(occurredAt="yesterday"), "$.events[0].occurredAt", ISO),
+    (
+        event(occurredAt="2026-02-30T10:00:00Z"),
+        "$.events[0].occurredAt",
+        "must be a real ISO 8601 date-time, e.g. 2026-11-23T10:00:00Z",
+    ),
+    (event(unknown=1), "$.events[0].unknown", "is not a known field"),
+    ({"events": [{"name": "a"}], "extra": 1}, "$.extra", "is not a known field"),
+    (event(metadata={"k" * 101: 1}), "$.events[0].metadata", "keys must be 1 to 100 characters"),
+    (event(metadata={"": 1}), "$.events[0].metadata", "keys must be 1 to 100 characters"),
+    (
+        event(metadata={"k": "v" * 1025}),
+        "$.events[0].metadata[...]",
+        "metadata strings must be at most 1024 characters",
+    ),
+    (
+        event(metadata={"k": [1]}),
+        "$.events[0].metadata[...]",
+        "metadata values must be strings, numbers, booleans or null",
+    ),
+    (
+        event(metadata={f"k{i}": 1 for i in range(51)}),
+        "$.events[0].metadata",
+        "must have at most 50 keys",
+    ),
+    (event(metadata=[]), "$.events[0].metadata", "must be an object or null, not an array"),
+]
+
+
+@pytest.mark.parametrize(("body", "path", "message"), COLLECT)
+def test_collect_messages(client, body, path, message):
+    _, key = new_project(client, user="messages")
+    response = client.post("/api/collect", json=body, headers={"x-api-key": key})
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": "Invalid payload",
+        "details": [{"path": path, "message": message}],
+    }
+
+
+BYTES = [
+    (b"\xff", "application/json", "is not valid UTF-8"),
+    (b'{"events":[{"name":"\\ud800"}]}', "application/json", "is not valid UTF-8: it contains"),
+    (b"", "application/json", "a JSON body is required"),
+    (b'{"events":', "application/json", "is not valid JSON: it ends too early"),
+    (b"{nope}", "application/json", "is not valid JSON (at byte 1)"),
+    (b'{"events":[{"name":"a"}]}', "application/xml", "the content type must be application/json"),
+    (b'{"events":[{"name":"a","name":"b"}]}', "application/json", "has the key 'name' twice"),
+    (b'\xef\xbb\xbf{"events":[]}', "application/json", "starts with a byte order mark"),
+]
+
+
+@pytest.mark.parametrize(("raw", "content_type", "message"), BYTES)
+def test_byte_messages(client, raw, content_type, message):
+    _, key = new_project(client, user="messages")
+    response = client.post(
+        "/api/collect", content=raw, headers={"x-api-key": key, "content-type": content_type}
+    )
+    assert response.status_code == 400
+    [detail] = response.json()["details"]
+    assert detail["path"] == "$"
+    assert detail["message"].startswith(message), detail
+
+
+@pytest.mark.parametrize(
+    ("body", "path", "message"),
+    [
+        ({}, "$.name", "is required"),
+        ({"name": "a"}, "$.name", "must be 2 to 60 characters"),
+        ({"name": "a" * 61}, "$.name", "must be 2 to 60 characters"),
+        ({"name": 3}, "$.name", "must be a string, not an integer"),
+        ({"name": "ok", "x": 1}, "$.x", "is not a known field"),
+    ],
+)
+def test_project_messages(client, body, path, message):
+    response = client.post("/api/projects", json=body, headers=auth("messages"))
+    assert response.status_code == 400
+    assert response.json()["details"] == [{"path": path, "message": message}]
+
+
+@pytest.mark.parametrize(
+    ("body", "path", "message"),
+    [
+        ({}, "$.projectId", "is required"),
+        ({"projectId": "x"}, "$.projectId", "must be a 24-character id (lowercase hex digits)"),
+        ({"label": ""}, "$.label", "must be 1 to 60 characters"),
+        ({"label": "l" * 61}, "$.label", "must be 1 to 60 characters"),
+    ],
+)
+def test_key_messages(client, body, path, message):
+    project_id, _ = new_project(client, user="messages")
+    body = {"projectId": project_id, **body} if "projectId" not in body and body else body
+    response = client.post("/api/projects/keys", json=body, headers=auth("messages"))
+    assert response.status_code == 400
+    assert response.json()["details"] == [{"path": path, "message": message}]
+
+
+DAYS = "must be a whole number of days from 1 to 90"
+
+
+@pytest.mark.parametrize(
+    ("query", "path", "message"),
+    [
+        ("", "$.projectId", "is required"),
+        ("projectId=x", "$.projectId", "must be a 24-character id (lowercase hex digits)"),
+        ("projectId={p}&days=0", "$.days", DAYS),
+        ("projectId={p}&days=91", "$.days", DAYS),
+        ("projectId={p}&days=x", "$.days", DAYS),
+        ("projectId={p}&days=1.5", "$.days", DAYS),
+        ("projectId={p}&days=" + "9" * 100, "$.days", DAYS),
+        ("projectId={p}&projectId={p}", "$.projectId", "is given more than once"),
+        ("projectId=%ff", "$.projectId", "is not valid UTF-8"),
+        ("projectId={p}%00", "$.projectId", "must not contain NUL characters"),
+    ],
+)
+def test_query_messages(client, query, path, message):
+    project_id, _ = new_project(client, user="messages")
+    response = client.get(
+        "/api/dashboard?" + query.replace("{p}", project_id), headers=auth("messages")
+    )
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": "Invalid query",
+        "details": [{"path": path, "message": message}],
+    }
+
+
+def test_missing_key_id_on_revoke(client):
+    project_id, _ = new_project(client, user="messages")
+    response = client.delete(f"/api/projects/keys?projectId={project_id}", headers=auth("messages"))
+    assert response.json()["details"] == [{"path": "$.keyId", "message": "is required"}]
