@@ -25,6 +25,7 @@ from .domain.privacy import IpHasher
 from .http.auth import SessionVerifier
 from .http.controllers import ProjectController, collect, dashboard, health
 from .http.errors import EXCEPTION_HANDLERS
+from .http.export import EXPORT_HANDLERS
 from .http.pages import PAGE_HANDLERS, WebFiles
 from .http.ratelimit import RateLimits
 from .http.schemas import CLOSED_BODIES
@@ -140,7 +141,14 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
         }
     )
     app = Litestar(
-        route_handlers=[ProjectController, collect, dashboard, health, *PAGE_HANDLERS],
+        route_handlers=[
+            ProjectController,
+            collect,
+            dashboard,
+            health,
+            *EXPORT_HANDLERS,
+            *PAGE_HANDLERS,
+        ],
         state=state,
         lifespan=[lifespan],
         exception_handlers=EXCEPTION_HANDLERS,

@@ -65,6 +65,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     collect_limit_per_key: str = "10000/second"
     collect_limit_per_ip: str = "10000/second"
     session_limit_per_user: str = "100/second"
+    # Exports (GET /api/export) per user, on top of the session limit: each one reads raw events.
+    export_limit_per_user: str = "30/minute"
     # Events buffered (waiting for their INSERT) above which collect sheds load with 503.
     buffer_limit_events: int = 200_000
     # ...or whose requests' bodies add up to more than this many MiB (bounds the buffer's memory).
