@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from limits import RateLimitItem, parse
 from litestar import Request, get
 from litestar.datastructures import State
-from litestar.exceptions import ValidationException
+from litestar.exceptions import HTTPException, ValidationException
 from litestar.params import QueryParameter
 from litestar.response import Stream
 
@@ -121,19 +121,38 @@ def _limit(value: str) -> RateLimitItem | None:
     return parse(value) if value.strip() else None
 
 
-async def _stream(state: State, spec: ExportSpec) -> AsyncIterator[bytes]:
-    """The export's chunks; the first is read before the response starts, so that a storage
-    failure is still a 503 rather than a cut-off 200."""
+class ClientGone(HTTPException):
+    status_code = 499  # nginx's "client closed request": nobody is left to read it
+
+
+async def _disconnected(request: Request[Any, Any, Any]) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _stream(
+    request: Request[Any, Any, Any], state: State, spec: ExportSpec
+) -> AsyncIterator[bytes]:
+    """The export's chunks. The first is read before the response starts, so that a storage
+    failure is still a 503 rather than a cut-off 200; a client that leaves meanwhile (a Parquet
+    file takes a while to write) stops the query as one that leaves later does."""
     storage = state.storage
     # One thread per export: the embedded engine's stream belongs to the thread that opened it.
     executor = ThreadPoolExecutor(1, thread_name_prefix="tally-export")
     loop = asyncio.get_running_loop()
     source: Iterator[bytes] = export_storage.chunks(storage, spec)
+    reading = loop.run_in_executor(executor, next, source, None)
+    watching = asyncio.ensure_future(_disconnected(request))
     try:
-        first = await loop.run_in_executor(executor, next, source, None)
+        await asyncio.wait({reading, watching}, return_when=asyncio.FIRST_COMPLETED)
+        if not reading.done():
+            raise ClientGone(detail="Client closed request")
+        first = reading.result()
     except BaseException:
         _stop(loop, executor, source, storage, spec)
         raise
+    finally:
+        watching.cancel()
 
     async def body() -> AsyncIterator[bytes]:
         finished = False
@@ -195,7 +214,7 @@ async def export_events(
     limits.check(_limit(state.settings.export_limit_per_user), "export", user)
     spec = parse_query(project_id, first, last, fmt, state.settings.ip_privacy == "hash")
     await _owned_project(state, user, spec.project_id)
-    content = await _stream(state, spec)
+    content = await _stream(request, state, spec)
     return Stream(
         content,
         media_type=FORMATS[spec.fmt][1],

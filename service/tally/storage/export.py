@@ -13,10 +13,12 @@ the thread that opened it); :func:`cancel` may come from any other.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import suppress
@@ -24,7 +26,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
-from .client import Storage, _unavailable_on_failure
+from .client import Storage, StorageUnavailable, _unavailable_on_failure
+
+log = logging.getLogger("tally.export")
 
 # Bytes handed to the HTTP layer at a time.
 CHUNK_BYTES = 1 << 20
@@ -62,8 +66,14 @@ class ExportSpec:
     last: date
     fmt: str  # a key of FORMATS
     hide_ip: bool
-    # Put in the query's text, so that the query can be found (and killed) by it.
+    # The query's log_comment is "tally-export <marker>": it is found (and killed) by it.
     marker: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # Set by cancel(): a query not started yet never starts.
+    stopped: threading.Event = field(default_factory=threading.Event, compare=False)
+
+    @property
+    def comment(self) -> str:
+        return f"tally-export {self.marker}"
 
     @property
     def start(self) -> datetime:
@@ -102,16 +112,15 @@ def _select(storage: Storage, spec: ExportSpec, names: list[str]) -> tuple[str, 
         f"SELECT {', '.join(f'`{n}`' for n in names)} FROM {storage.database}.events "
         "WHERE project_id = {p:String} "
         "AND occurred_at >= {t0:DateTime64(3, 'UTC')} AND occurred_at < {t1:DateTime64(3, 'UTC')} "
-        f"ORDER BY occurred_at /* tally-export {spec.marker} */"
+        "ORDER BY occurred_at"
     )
     # Settings ride in the text: the embedded engine streams only calls without settings of
     # their own (it would apply them with SET and materialise the whole result).
-    settings = dict(FORMAT_SETTINGS[spec.fmt])
+    settings: dict[str, Any] = {"log_comment": f"'{spec.comment}'", **FORMAT_SETTINGS[spec.fmt]}
     if storage.target.kind == "http":
         # A server stops a read-only query whose client went away.
         settings["cancel_http_readonly_queries_on_client_close"] = 1
-    if settings:
-        sql += " SETTINGS " + ", ".join(f"{k} = {v}" for k, v in settings.items())
+    sql += " SETTINGS " + ", ".join(f"{k} = {v}" for k, v in settings.items())
     params = {"p": spec.project_id, "t0": spec.start, "t1": spec.end}
     return sql, params
 
@@ -125,9 +134,12 @@ def chunks(storage: Storage, spec: ExportSpec) -> Iterator[bytes]:
     """The export, in chunks of at most CHUNK_BYTES. Closing the iterator early stops the query."""
     names = columns(storage, spec.hide_ip)
     sql, params = _select(storage, spec, names)
+    if spec.stopped.is_set():
+        log.info("export %s: query cancelled (the client went away)", spec.marker)
+        return
     ch_format = FORMATS[spec.fmt][0]
     if spec.fmt == "parquet" and storage.target.kind == "chdb":
-        yield from _spooled(storage, sql, params)
+        yield from _spooled(storage, sql, params, spec.marker)
         return
     if spec.fmt == "csv":
         yield csv_header(names)
@@ -146,18 +158,24 @@ def chunks(storage: Storage, spec: ExportSpec) -> Iterator[bytes]:
                 stream.close()
 
 
-def _spooled(storage: Storage, sql: str, params: dict[str, Any]) -> Iterator[bytes]:
+def _spooled(storage: Storage, sql: str, params: dict[str, Any], marker: str) -> Iterator[bytes]:
     folder = tempfile.mkdtemp(prefix="tally-export-")
     path = os.path.join(folder, "export.parquet")
     try:
         # The path is made here, never by a request; INTO OUTFILE takes only a literal, and
         # comes before the SETTINGS clause that _select wrote.
         head, _, options = sql.partition(" SETTINGS ")
-        with storage.client() as client, _unavailable_on_failure():
-            client.command(
-                f"{head} INTO OUTFILE '{path}' FORMAT Parquet SETTINGS {options}",
-                parameters=params,
-            )
+        try:
+            with storage.client() as client, _unavailable_on_failure():
+                client.command(
+                    f"{head} INTO OUTFILE '{path}' FORMAT Parquet SETTINGS {options}",
+                    parameters=params,
+                )
+        except StorageUnavailable as exc:
+            if "QUERY_WAS_CANCELLED" not in str(exc):
+                raise
+            log.info("export %s: query cancelled (the client went away)", marker)
+            return
         with open(path, "rb") as file:
             os.unlink(path)  # the open file is all that is left of it
             while chunk := file.read(CHUNK_BYTES):
@@ -168,9 +186,8 @@ def _spooled(storage: Storage, sql: str, params: dict[str, Any]) -> Iterator[byt
 
 def cancel(storage: Storage, spec: ExportSpec) -> None:
     """Stop the export's query if it still runs (a client that went away)."""
+    spec.stopped.set()
     with suppress(Exception):
         storage.command(
-            "KILL QUERY WHERE position(query, {m:String}) > 0 "
-            "AND NOT startsWith(query, 'KILL') ASYNC",
-            {"m": f"tally-export {spec.marker}"},
+            "KILL QUERY WHERE Settings['log_comment'] = {m:String} ASYNC", {"m": spec.comment}
         )
