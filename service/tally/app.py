@@ -24,6 +24,7 @@ from .config import Settings, load_settings
 from .domain.privacy import IpHasher
 from .http.auth import SessionVerifier
 from .http.controllers import ProjectController, collect, dashboard, health
+from .http.docs import docs_router, render_plugins
 from .http.errors import EXCEPTION_HANDLERS
 from .http.export import EXPORT_HANDLERS
 from .http.pages import PAGE_HANDLERS, WebFiles
@@ -44,6 +45,9 @@ OPENAPI = OpenAPIConfig(
     description="Web analytics on ClickHouse: collect events, manage projects and keys, "
     "read dashboards.",
     path="/api/schema",
+    # Swagger UI from Tally's own files (http/docs.py): the docs open offline, under a strict CSP.
+    render_plugins=render_plugins(),
+    openapi_router=docs_router("/api/schema"),
     components=Components(
         security_schemes={
             "session": SecurityScheme(type="http", scheme="bearer", bearer_format="JWT"),
