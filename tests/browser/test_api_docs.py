@@ -1,11 +1,16 @@
-"""The interactive API docs in a real browser (Debian's Chromium driven by Playwright) against a
+"""What integrators meet, in a real browser (Debian's Chromium driven by Playwright) against a
 real `tally serve`: /api/schema opens Swagger UI from Tally's own files, lists every operation
 of the OpenAPI document, logs no console error (the page's CSP refuses anything inline or from
-elsewhere, and Chromium reports each refusal as one) and sends no request off the host."""
+elsewhere, and Chromium reports each refusal as one) and sends no request off the host; the
+dashboard page's "Download CSV" of a panel saves what it shows, and "Download raw events" the
+window's events as GET /api/export writes them."""
 
 from __future__ import annotations
 
+import csv
+import io
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,8 +20,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_site_owner import CHROMIUM, CHROMIUM_ARGS, DESKTOP, Watch, screenshot
+from test_site_owner import CHROMIUM, CHROMIUM_ARGS, DESKTOP, Watch, new_project, screenshot
 
+from conftest import token
 from served import Server
 
 pytestmark = [
@@ -95,4 +101,45 @@ def test_the_docs_list_every_operation_offline(tally: str, browser: Any, path: s
     assert off_host == []
     assert any("/assets/swagger-ui-bundle.js" in u for u in requests)
     assert any(u.endswith("/api/schema/openapi.json") for u in requests)
+    watch.assert_clean()
+
+
+def saved(page: Any, selector: str) -> tuple[str, str]:
+    with page.expect_download(timeout=30_000) as info:
+        page.click(selector)
+    download = info.value
+    return download.suggested_filename, Path(download.path()).read_text()
+
+
+def test_panels_and_raw_events_download_as_csv(tally: str, browser: Any) -> None:
+    user = f"owner-{uuid.uuid4().hex[:8]}"
+    project, key = new_project(tally, user, "Downloads")
+    paths = ["/", "/pricing", "/a,b", '/q"uote', "/pricing"]
+    sent = httpx.post(
+        f"{tally}/api/collect",
+        json={"events": [{"name": "pageview", "path": p, "visitorId": "v1"} for p in paths]},
+        headers={"x-api-key": key},
+    )
+    assert sent.status_code == 202
+
+    context = browser.new_context(viewport=DESKTOP, accept_downloads=True)
+    watch = Watch()
+    page = watch(context.new_page())
+    page.goto(f"{tally}/?project={project}#token={token(user)}")
+    page.wait_for_selector("[data-csv]")
+
+    name, text = saved(page, f'[data-csv="tally-{project}-top-pages-7d.csv"]')
+    assert name == f"tally-{project}-top-pages-7d.csv"
+    rows = list(csv.reader(io.StringIO(text)))
+    assert rows[0] == ["path", "views"]
+    assert sorted(rows[1:]) == sorted(
+        [["/pricing", "2"], ["/", "1"], ["/a,b", "1"], ['/q"uote', "1"]]
+    )
+
+    name, text = saved(page, "#export-events")
+    assert name.startswith(f"tally-{project}-") and name.endswith(".csv")
+    events = list(csv.DictReader(io.StringIO(text)))
+    assert sorted(e["path"] for e in events) == sorted(paths)
+    assert {e["project_id"] for e in events} == {project}
+    context.close()
     watch.assert_clean()
