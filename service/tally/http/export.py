@@ -140,10 +140,10 @@ async def _stream(
     executor = ThreadPoolExecutor(1, thread_name_prefix="tally-export")
     loop = asyncio.get_running_loop()
     source: Iterator[bytes] = export_storage.chunks(storage, spec)
-    reading = loop.run_in_executor(executor, next, source, None)
-    watching = asyncio.ensure_future(_disconnected(request))
+    reading: asyncio.Future[Any] = loop.run_in_executor(executor, next, source, None)
+    watching: asyncio.Future[Any] = asyncio.ensure_future(_disconnected(request))
     try:
-        await asyncio.wait({reading, watching}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait([reading, watching], return_when=asyncio.FIRST_COMPLETED)
         if not reading.done():
             raise ClientGone(detail="Client closed request")
         first = reading.result()

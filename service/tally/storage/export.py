@@ -145,7 +145,8 @@ def chunks(storage: Storage, spec: ExportSpec) -> Iterator[bytes]:
         yield csv_header(names)
     with storage.client() as client:
         with _unavailable_on_failure():
-            stream = client.raw_stream(sql, parameters=params, fmt=ch_format)
+            # Sync clients give a readable stream: the engine's, or the HTTP response.
+            stream: Any = client.raw_stream(sql, parameters=params, fmt=ch_format)
         try:
             while True:
                 with _unavailable_on_failure():
