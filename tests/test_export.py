@@ -245,6 +245,15 @@ def test_format_defaults_to_csv_and_an_empty_range_is_a_header(client: Any, user
     assert export(client, user, f"projectId={project}&{RANGE}&format=ndjson").content == b""
 
 
+def test_a_range_past_the_stored_days_reads_what_is_inside(client: Any, user: str) -> None:
+    project, api_key = new_project(client, user)
+    events = sent_events()
+    collect(client, api_key, events)
+    body = export(client, user, f"projectId={project}&from=0001-01-01&to=9999-12-31&format=ndjson")
+    assert body.status_code == 200
+    assert len(body.content.splitlines()) == len(events)
+
+
 def test_a_user_exports_only_their_own_projects(client: Any, user: str) -> None:
     mine, my_key = new_project(client, user)
     _, other_key = new_project(client, user, name="Other site")
@@ -312,6 +321,7 @@ def test_columns_added_later_come_along(make_client: Any, user: str) -> None:
             {"$.from": "must be a date written YYYY-MM-DD, e.g. 2026-11-23"},
         ),
         ("projectId={p}&from=2026-01-03&to=2026-01-02", {"$.to": "must not be before from"}),
+        ("projectId={p}&from=2300-01-02&to=2300-01-01", {"$.to": "must not be before from"}),
         (
             "projectId={p}&from=2026-01-01&to=2026-01-02&format=xlsx",
             {"$.format": "must be one of csv, ndjson, parquet"},

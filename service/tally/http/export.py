@@ -87,9 +87,7 @@ def _day(value: str | None, name: str, problems: list[tuple[str, str]]) -> date 
     except ValueError:
         problems.append((name, "must be a date written YYYY-MM-DD, e.g. 2026-11-23"))
         return None
-    # Nothing is stored outside these days (DateTime64's range): a range reaching past them
-    # asks for no more than what is inside.
-    return min(max(day, FIRST_DAY), LAST_DAY)
+    return day
 
 
 def parse_query(
@@ -112,6 +110,9 @@ def parse_query(
     if problems:
         raise _invalid(problems)
     assert project_id and start and end
+    # Nothing is stored outside these days (DateTime64's range): a range reaching past them asks
+    # for no more than what is inside.
+    start, end = (min(max(day, FIRST_DAY), LAST_DAY) for day in (start, end))
     return ExportSpec(project_id=project_id, first=start, last=end, fmt=fmt, hide_ip=hide_ip)
 
 

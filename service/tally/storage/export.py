@@ -160,7 +160,10 @@ def chunks(storage: Storage, spec: ExportSpec) -> Iterator[bytes]:
 
 
 def _spooled(storage: Storage, sql: str, params: dict[str, Any], marker: str) -> Iterator[bytes]:
-    folder = tempfile.mkdtemp(prefix="tally-export-")
+    # Next to the engine's folder, on the disk sized for the data, rather than in /tmp.
+    spool = os.path.join(os.path.dirname(storage.target.path.rstrip("/")), "export-spool")
+    os.makedirs(spool, exist_ok=True)
+    folder = tempfile.mkdtemp(prefix="export-", dir=spool)
     path = os.path.join(folder, "export.parquet")
     try:
         # The path is made here, never by a request; INTO OUTFILE takes only a literal, and
