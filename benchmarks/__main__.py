@@ -1,4 +1,4 @@
-"""Run Tally's benchmarks: `python -m benchmarks [--quick] [--only ingest|dashboard]
+"""Run Tally's benchmarks: `python -m benchmarks [--quick] [--only ingest|dashboard|export]
 [--clickhouse-url URL --workers N]`.
 
 Prints a table and writes benchmarks/results/latest.json (and a PNG plot of dashboard latency
@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any
 
-from . import dashboard, ingest
+from . import dashboard, export, ingest
 from .common import RESULTS, flatten, git_commit, machine, storage_kind, write_results
 
 MODES: dict[str, dict[str, Any]] = {
@@ -24,6 +24,8 @@ MODES: dict[str, dict[str, Any]] = {
         "seconds": 5,
         "connections": {"batch": 64, "single": 64},
         "backlog_events": 100_000,
+        "export_events": 1_000_000,
+        "export_repeat": 2,
     },
     "full": {
         "sizes": [1_000_000, 10_000_000, 100_000_000],
@@ -33,6 +35,8 @@ MODES: dict[str, dict[str, Any]] = {
         "connections": {"batch": 256, "single": 256},
         "sweep": [16, 64],
         "backlog_events": 1_000_000,
+        "export_events": 1_000_000,
+        "export_repeat": 5,
     },
     # For the test suite: proves the suite runs, measures nothing worth keeping.
     "smoke": {
@@ -43,6 +47,8 @@ MODES: dict[str, dict[str, Any]] = {
         "connections": {"batch": 4, "single": 4},
         "sweep": [2],
         "backlog_events": 2_000,
+        "export_events": 2_000,
+        "export_repeat": 1,
     },
 }
 
@@ -51,7 +57,7 @@ def table(results: dict[str, Any]) -> str:
     rows = [
         f"{k:<48} {v}"
         for k, v in flatten(results).items()
-        if not isinstance(v, list) and k.split(".")[0] in ("ingest", "dashboard")
+        if not isinstance(v, list) and k.split(".")[0] in ("ingest", "dashboard", "export")
     ]
     return "\n".join(rows)
 
@@ -106,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--smoke", action="store_const", dest="mode", const="smoke", help=argparse.SUPPRESS
     )
-    parser.add_argument("--only", choices=["ingest", "dashboard"])
+    parser.add_argument("--only", choices=["ingest", "dashboard", "export"])
     parser.add_argument("--output", default="latest.json", help="file name under results/")
     parser.add_argument("--sizes", help="tenant sizes in events, comma-separated (e.g. 1000000)")
     parser.add_argument("--seconds", type=float, help="duration of each ingest run")
@@ -165,6 +171,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         for label, events in zip(results["dashboard"], mode["sizes"], strict=True):
             results["dashboard"][label]["events"] = events
+    if args.only in (None, "export"):
+        results["export"] = export.run(
+            mode["export_events"],
+            mode["export_repeat"],
+            None,
+            args.clickhouse_url,
+            args.workers,
+        )
     results["elapsed_s"] = round(time.monotonic() - started, 1)
     path = write_results(results, args.output)
     if plot(results, RESULTS / "dashboard_latency.png"):

@@ -154,6 +154,20 @@ def test_smoke_run_of_the_suite(tmp_path):
             assert name in keys
 
 
+@pytest.mark.slow
+def test_smoke_run_of_the_export_benchmark():
+    args = [sys.executable, "-m", "benchmarks", "--smoke", "--only", "export"]
+    args += ["--output", "smoke-export.json"]
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((ROOT / "benchmarks" / "results" / "smoke-export.json").read_text())
+    assert results["export"]["events"] == 2_000
+    for fmt in ("csv", "ndjson", "parquet"):
+        row = results["export"][fmt]
+        # Every figure comes from an export that carried all the events (checked in the run).
+        assert row["events_per_s"] > 0 and row["bytes"] > 0 and row["seconds"] > 0
+
+
 def test_runs_against_a_server_get_their_own_databases(tmp_path):
     assert bench_url("", "ingest_batch_256_real", tmp_path) == f"chdb://{tmp_path}/clickhouse"
     assert (

@@ -70,6 +70,9 @@ def test_api_conforms_to_its_document(case, server):
     url, key = server
     # A regex cannot tell February 30 from a leap day; such dates are refused on parsing.
     assume(all(_real_date(event) for event in _events(case.body)))
+    # An export's range must not end before it starts, which a schema cannot say.
+    query = case.query or {}
+    assume(not (case.path == "/api/export" and str(query.get("to")) < str(query.get("from"))))
     headers = {"authorization": f"Bearer {token('fuzz')}", "x-api-key": key}
     # Credentials are injected, so the "works without auth" check does not apply (test_auth and
     # test_projects cover missing credentials). Litestar answers OPTIONS on a path served by

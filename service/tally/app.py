@@ -27,7 +27,9 @@ from .domain.geo import CountryReader
 from .domain.privacy import IpHasher
 from .http.auth import SessionVerifier
 from .http.controllers import ProjectController, collect, dashboard, health
+from .http.docs import docs_router, render_plugins
 from .http.errors import EXCEPTION_HANDLERS
+from .http.export import EXPORT_HANDLERS
 from .http.limits import body_cap
 from .http.limits_doc import markdown
 from .http.pages import PAGE_HANDLERS, WebFiles
@@ -53,6 +55,9 @@ OPENAPI = OpenAPIConfig(
     description="Web analytics on ClickHouse: collect events, manage projects and keys, "
     "read dashboards.",
     path="/api/schema",
+    # Swagger UI from Tally's own files (http/docs.py): the docs open offline, under a strict CSP.
+    render_plugins=render_plugins(),
+    openapi_router=docs_router("/api/schema"),
     components=Components(
         security_schemes={
             "session": SecurityScheme(type="http", scheme="bearer", bearer_format="JWT"),
@@ -186,7 +191,14 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
         }
     )
     app = Litestar(
-        route_handlers=[ProjectController, collect, dashboard, health, *PAGE_HANDLERS],
+        route_handlers=[
+            ProjectController,
+            collect,
+            dashboard,
+            health,
+            *EXPORT_HANDLERS,
+            *PAGE_HANDLERS,
+        ],
         state=state,
         lifespan=[lifespan],
         exception_handlers=EXCEPTION_HANDLERS,

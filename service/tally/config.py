@@ -78,6 +78,9 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     # events at every field's maximum, metadata included); 0 disables the cap.
     max_body_bytes: int = 7 * 1024 * 1024
 
+    # Exports (GET /api/export) per user, on top of the session limit: each one reads raw events.
+    export_limit_per_user: str = "30/minute"
+
     # Slow clients: seconds to send the headers (granian) and then the whole body (408 after).
     header_timeout_seconds: float = 10.0
     body_timeout_seconds: float = 10.0

@@ -50,7 +50,14 @@ ASSETS = {
     "app.css": ("tally", "web/app.css"),
     "favicon.svg": ("tally", "web/favicon.svg"),
     "plotly.min.js": ("plotly", "package_data/plotly.min.js"),
+    # The interactive API docs (/api/schema, http/docs.py): Swagger UI's built files, from the
+    # swagger-ui-py package's data.
+    "docs.js": ("tally", "web/docs.js"),
+    "swagger-ui-bundle.js": ("swagger_ui", "static/swagger-ui-bundle.js"),
+    "swagger-ui.css": ("swagger_ui", "static/swagger-ui.css"),
 }
+# Pages rendered from a template in tally/web, with the hashed URLs of ASSETS filled in.
+PAGES = {"index.html", "docs.html"}
 
 
 # plotly.js bundles the stylesheet of its map library (maplibre) and appends it as an inline <style>
@@ -105,27 +112,33 @@ class WebFiles:
                     self._cache[name] = asset
         return asset
 
+    def get_sync(self, name: str) -> Asset:
+        """``get`` for synchronous callers (a racing first load only reads the file twice)."""
+        return self._cached(name)
+
     def _load(self, name: str) -> Asset:
-        if name == "index.html":
-            return self._index()
+        if name in PAGES:
+            return self._page(name)
         if name == "tally.js":
             return Asset.of(_read("tally", "web/tally.js"), name)
         package, path = ASSETS[name]
         return Asset.of(_read(package, path), name)
 
-    def _index(self) -> Asset:
+    def _page(self, page: str) -> Asset:
         # Asset URLs carry the content's hash, so they can be cached for good.
-        html = _read("tally", "web/index.html").decode()
+        html = _read("tally", f"web/{page}").decode()
         for name in ASSETS:
-            html = html.replace(
-                "{{" + name + "}}", f"/assets/{name}?v={self._cached(name).version}"
+            if "{{" + name + "}}" in html:
+                html = html.replace(
+                    "{{" + name + "}}", f"/assets/{name}?v={self._cached(name).version}"
+                )
+        if "{{plotly-style-markers}}" in html:
+            markers = "".join(
+                f'<template id="{m.decode()}"></template>'
+                for m in PLOTLY_INLINE_STYLE.findall(self._cached("plotly.min.js").body)
             )
-        markers = "".join(
-            f'<template id="{m.decode()}"></template>'
-            for m in PLOTLY_INLINE_STYLE.findall(self._cached("plotly.min.js").body)
-        )
-        html = html.replace("{{plotly-style-markers}}", markers)
-        return Asset.of(html.encode(), "index.html")
+            html = html.replace("{{plotly-style-markers}}", markers)
+        return Asset.of(html.encode(), page)
 
     def _cached(self, name: str) -> Asset:
         if name not in self._cache:

@@ -658,8 +658,68 @@
     );
   }
 
-  function panel(title, body, wide) {
-    return h('section', { class: `card panel${wide ? ' wide' : ''}` }, h('h2', { text: title }), body);
+  // csv: [file name, header, rows (arrays)]: the panel offers its data as a CSV file.
+  function panel(title, body, wide, csv) {
+    const head = csv
+      ? h('div', { class: 'panel-head' }, h('h2', { text: title }), h('button', { type: 'button', class: 'link', 'data-csv': csv[0], text: 'Download CSV', onclick: () => saveCsv(...csv) }))
+      : h('h2', { text: title });
+    return h('section', { class: `card panel${wide ? ' wide' : ''}` }, head, body);
+  }
+
+  // --- downloads ---------------------------------------------------------------------------------
+
+  const csvCell = (v) => {
+    const text = v === null || v === undefined ? '' : String(v);
+    return /[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
+  };
+  const csvText = (header, rows) => [header, ...rows].map((r) => r.map(csvCell).join(',')).join('\r\n') + '\r\n';
+
+  function saveBlob(blob, filename) {
+    const url = URL.createObjectURL(blob);
+    const a = h('a', { href: url, download: filename, hidden: true });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60000);
+  }
+
+  function saveCsv(filename, header, rows) {
+    saveBlob(new Blob([csvText(header, rows)], { type: 'text/csv' }), filename);
+  }
+
+  const isoDay = (date) => date.toISOString().slice(0, 10);
+
+  // The raw events of the window, as Tally's export writes them (GET /api/export).
+  async function downloadEvents(project, days, status) {
+    const today = new Date();
+    const first = new Date(today.getTime() - (days - 1) * 86400000);
+    const query = `projectId=${project.id}&from=${isoDay(first)}&to=${isoDay(today)}&format=csv`;
+    status.textContent = 'Preparing the download…';
+    let res;
+    try {
+      res = await fetch(`/api/export?${query}`, { headers: { authorization: `Bearer ${token.get()}` }, cache: 'no-store' });
+    } catch (e) {
+      status.textContent = 'Tally could not be reached. Check the connection and try again.';
+      return;
+    }
+    if (res.status === 401) {
+      token.clear();
+      render('Your session has expired or was not accepted. Sign in again.');
+      return;
+    }
+    if (!res.ok) {
+      let data = null;
+      try {
+        data = await res.json();
+      } catch (e) {
+        /* not JSON */
+      }
+      status.textContent = STATUS_TEXT[res.status] || `Tally answered ${res.status}${data && data.error ? ': ' + data.error : ''}.`;
+      return;
+    }
+    const name = /filename="([^"]+)"/.exec(res.headers.get('content-disposition') || '');
+    saveBlob(await res.blob(), name ? name[1] : `tally-${project.id}.csv`);
+    status.textContent = '';
   }
 
   function chartBox(name) {
@@ -759,8 +819,10 @@
     live.id = 'live';
     const body = h('div', { id: 'dashboard' }, h('p', { class: 'muted', text: 'Loading the dashboard…' }));
     const refresh = h('button', { type: 'button', text: 'Refresh', onclick: () => load() });
+    const exportStatus = h('span', { class: 'muted', id: 'export-status', 'aria-live': 'polite' });
+    const exportButton = h('button', { type: 'button', id: 'export-events', text: 'Download raw events (CSV)', onclick: () => downloadEvents(project, days, exportStatus) });
     where.replaceChildren(
-      h('div', { class: 'controls' }, h('label', { for: 'window', text: 'Window' }), select, refresh, h('span', { class: 'muted', text: 'Days and hours are UTC.' })),
+      h('div', { class: 'controls' }, h('label', { for: 'window', text: 'Window' }), select, refresh, exportButton, h('span', { class: 'muted', text: 'Days and hours are UTC.' }), exportStatus),
       body
     );
 
@@ -791,6 +853,8 @@
         );
         return;
       }
+      // Panel CSV files: what the panel shows, named after the project, the panel and the window.
+      const csvOf = (what, header, rows) => [`tally-${project.id}-${what}-${days}d.csv`, header, rows];
       const boxes = {
         timeline: chartBox('timeline'),
         heatmap: chartBox('heatmap'),
@@ -803,15 +867,27 @@
         h(
           'div',
           { class: 'panels' },
-          panel('Events and pageviews per day', boxes.timeline, true),
-          panel('Events by hour of day', boxes.heatmap, true),
-          panel('Top pages', table('top-paths', [['Path', (r) => r.path], ['Views', (r) => num(r.views), 'num']], d.topPaths, 'No pageviews with a path yet.')),
-          panel('Top referrers', table('top-referrers', [['Referrer', (r) => r.referrer], ['Pageviews', (r) => num(r.count), 'num']], d.topReferrers, 'No pageviews came from other sites.')),
-          panel('Browsers', boxes.browsers),
-          panel('Devices', boxes.devices),
+          panel('Events and pageviews per day', boxes.timeline, true, csvOf('daily', ['day', 'events', 'pageviews'], d.timeline.map((t) => [t.day, t.events, t.pageviews]))),
+          panel('Events by hour of day', boxes.heatmap, true, csvOf('hourly', ['hour_utc', 'events'], d.hourlyHeatmap.map((e) => [e.hour, e.count]))),
+          panel(
+            'Top pages',
+            table('top-paths', [['Path', (r) => r.path], ['Views', (r) => num(r.views), 'num']], d.topPaths, 'No pageviews with a path yet.'),
+            false,
+            csvOf('top-pages', ['path', 'views'], d.topPaths.map((r) => [r.path, r.views]))
+          ),
+          panel(
+            'Top referrers',
+            table('top-referrers', [['Referrer', (r) => r.referrer], ['Pageviews', (r) => num(r.count), 'num']], d.topReferrers, 'No pageviews came from other sites.'),
+            false,
+            csvOf('top-referrers', ['referrer', 'pageviews'], d.topReferrers.map((r) => [r.referrer, r.count]))
+          ),
+          panel('Browsers', boxes.browsers, false, csvOf('browsers', ['browser', 'events'], d.browserBreakdown.map((r) => [r.browser, r.count]))),
+          panel('Devices', boxes.devices, false, csvOf('devices', ['device_type', 'events'], d.deviceBreakdown.map((r) => [r.deviceType, r.count]))),
           panel(
             'Events by name',
-            h('div', {}, boxes.events, table('event-breakdown', [['Event', (r) => r.name], ['Count', (r) => num(r.count), 'num']], d.eventBreakdown, 'No events.'))
+            h('div', {}, boxes.events, table('event-breakdown', [['Event', (r) => r.name], ['Count', (r) => num(r.count), 'num']], d.eventBreakdown, 'No events.')),
+            false,
+            csvOf('events-by-name', ['name', 'events'], d.eventBreakdown.map((r) => [r.name, r.count]))
           ),
           panel(
             'Recent events',
@@ -827,7 +903,8 @@
               'No events yet.',
               true
             ),
-            true
+            true,
+            csvOf('recent-events', ['occurred_at', 'name', 'path', 'visitor_id'], d.recentEvents.map((r) => [r.occurredAt, r.name, r.path, r.visitorId]))
           )
         )
       );

@@ -1,0 +1,197 @@
+"""A project's raw events in a range, in a file format ClickHouse writes itself, as a stream of
+chunks: memory stays flat whatever the size of the export.
+
+CSV and NDJSON (JSONEachRow) stream block by block from the engine, on a server (HTTP) and on
+the embedded engine alike (clickhouse-connect's ``raw_stream``). Parquet has a footer, so a chunk
+per block does not make one file: a server streams it whole over HTTP, and the embedded engine,
+whose streaming API hands out each block as a file of its own, writes it to a temporary file
+(``INTO OUTFILE``, row group by row group, so its memory is bounded) that is then streamed.
+
+Every call of :func:`chunks` must come from one thread (the embedded engine's stream belongs to
+the thread that opened it); :func:`cancel` may come from any other.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import tempfile
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import suppress
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+
+from .client import Storage, StorageUnavailable, _unavailable_on_failure
+
+log = logging.getLogger("tally.export")
+
+# Bytes handed to the HTTP layer at a time.
+CHUNK_BYTES = 1 << 20
+
+# format parameter -> (ClickHouse output format, media type, file extension)
+FORMATS: dict[str, tuple[str, str, str]] = {
+    "csv": ("CSV", "text/csv", "csv"),
+    "ndjson": ("JSONEachRow", "application/x-ndjson", "ndjson"),
+    "parquet": ("Parquet", "application/vnd.apache.parquet", "parquet"),
+}
+
+FORMAT_SETTINGS: dict[str, dict[str, int]] = {
+    "csv": {},
+    # "/" stays "/" (JSON allows it unescaped, and paths and URLs are full of them).
+    "ndjson": {"output_format_json_escape_forward_slashes": 0},
+    # Row groups small enough that the writer holds little at a time, large enough to compress.
+    "parquet": {
+        "output_format_parquet_row_group_size": 65536,
+        "output_format_parquet_row_group_size_bytes": 32 * 1024 * 1024,
+    },
+}
+
+# Columns that never leave: anything holding a hash of a secret (API keys are stored as hashes
+# in api_keys, not in events; the rule keeps it so if a column like that is ever added).
+_SECRET_COLUMN = re.compile(r"hash", re.IGNORECASE)
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class ExportSpec:
+    """One export: the project, the UTC days ``first``..``last`` (inclusive), the format."""
+
+    project_id: str
+    first: date
+    last: date
+    fmt: str  # a key of FORMATS
+    hide_ip: bool
+    # The query's log_comment is "tally-export <marker>": it is found (and killed) by it.
+    marker: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # Set by cancel(): a query not started yet never starts.
+    stopped: threading.Event = field(default_factory=threading.Event, compare=False)
+
+    @property
+    def comment(self) -> str:
+        return f"tally-export {self.marker}"
+
+    @property
+    def start(self) -> datetime:
+        return datetime.combine(self.first, time(0), tzinfo=UTC)
+
+    @property
+    def end(self) -> datetime:
+        """Exclusive: 00:00 UTC of the day after ``last``."""
+        return datetime.combine(self.last + timedelta(days=1), time(0), tzinfo=UTC)
+
+    @property
+    def filename(self) -> str:
+        ext = FORMATS[self.fmt][2]
+        return f"tally-{self.project_id}-{self.first.isoformat()}-{self.last.isoformat()}.{ext}"
+
+
+def columns(storage: Storage, hide_ip: bool) -> list[str]:
+    """Every stored column of ``events``, in table order, read from the engine so that columns
+    added by later schema files come along; ``ip`` left out when ``hide_ip``, hashes never."""
+    rows = storage.query(
+        "SELECT name FROM system.columns WHERE database = {db:String} AND table = 'events' "
+        "ORDER BY position",
+        {"db": storage.database},
+    )
+    names = [r[0] for r in rows]
+    return [
+        n
+        for n in names
+        if _IDENTIFIER.match(n) and not _SECRET_COLUMN.search(n) and not (hide_ip and n == "ip")
+    ]
+
+
+def _select(storage: Storage, spec: ExportSpec, names: list[str]) -> tuple[str, dict[str, Any]]:
+    # The table is ordered by (project_id, occurred_at): reading in that order needs no sort.
+    sql = (
+        f"SELECT {', '.join(f'`{n}`' for n in names)} FROM {storage.database}.events "
+        "WHERE project_id = {p:String} "
+        "AND occurred_at >= {t0:DateTime64(3, 'UTC')} AND occurred_at < {t1:DateTime64(3, 'UTC')} "
+        "ORDER BY occurred_at"
+    )
+    # Settings ride in the text: the embedded engine streams only calls without settings of
+    # their own (it would apply them with SET and materialise the whole result).
+    settings: dict[str, Any] = {"log_comment": f"'{spec.comment}'", **FORMAT_SETTINGS[spec.fmt]}
+    if storage.target.kind == "http":
+        # A server stops a read-only query whose client went away.
+        settings["cancel_http_readonly_queries_on_client_close"] = 1
+    sql += " SETTINGS " + ", ".join(f"{k} = {v}" for k, v in settings.items())
+    params = {"p": spec.project_id, "t0": spec.start, "t1": spec.end}
+    return sql, params
+
+
+def csv_header(names: list[str]) -> bytes:
+    """The header row exactly as ClickHouse's CSVWithNames writes it."""
+    return (",".join('"' + n.replace('"', '""') + '"' for n in names) + "\n").encode()
+
+
+def chunks(storage: Storage, spec: ExportSpec) -> Iterator[bytes]:
+    """The export, in chunks of at most CHUNK_BYTES. Closing the iterator early stops the query."""
+    names = columns(storage, spec.hide_ip)
+    sql, params = _select(storage, spec, names)
+    if spec.stopped.is_set():
+        log.info("export %s: query cancelled (the client went away)", spec.marker)
+        return
+    ch_format = FORMATS[spec.fmt][0]
+    if spec.fmt == "parquet" and storage.target.kind == "chdb":
+        yield from _spooled(storage, sql, params, spec.marker)
+        return
+    if spec.fmt == "csv":
+        yield csv_header(names)
+    with storage.client() as client:
+        with _unavailable_on_failure():
+            # Sync clients give a readable stream: the engine's, or the HTTP response.
+            stream: Any = client.raw_stream(sql, parameters=params, fmt=ch_format)
+        try:
+            while True:
+                with _unavailable_on_failure():
+                    chunk = stream.read(CHUNK_BYTES)
+                if not chunk:
+                    return
+                yield chunk
+        finally:
+            with suppress(Exception):
+                stream.close()
+
+
+def _spooled(storage: Storage, sql: str, params: dict[str, Any], marker: str) -> Iterator[bytes]:
+    # Next to the engine's folder, on the disk sized for the data, rather than in /tmp.
+    spool = os.path.join(os.path.dirname(storage.target.path.rstrip("/")), "export-spool")
+    os.makedirs(spool, exist_ok=True)
+    folder = tempfile.mkdtemp(prefix="export-", dir=spool)
+    path = os.path.join(folder, "export.parquet")
+    try:
+        # The path is made here, never by a request; INTO OUTFILE takes only a literal, and
+        # comes before the SETTINGS clause that _select wrote.
+        head, _, options = sql.partition(" SETTINGS ")
+        try:
+            with storage.client() as client, _unavailable_on_failure():
+                client.command(
+                    f"{head} INTO OUTFILE '{path}' FORMAT Parquet SETTINGS {options}",
+                    parameters=params,
+                )
+        except StorageUnavailable as exc:
+            if "QUERY_WAS_CANCELLED" not in str(exc):
+                raise
+            log.info("export %s: query cancelled (the client went away)", marker)
+            return
+        with open(path, "rb") as file:
+            os.unlink(path)  # the open file is all that is left of it
+            while chunk := file.read(CHUNK_BYTES):
+                yield chunk
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def cancel(storage: Storage, spec: ExportSpec) -> None:
+    """Stop the export's query if it still runs (a client that went away)."""
+    spec.stopped.set()
+    with suppress(Exception):
+        storage.command(
+            "KILL QUERY WHERE Settings['log_comment'] = {m:String} ASYNC", {"m": spec.comment}
+        )

@@ -1,0 +1,145 @@
+"""What integrators meet, in a real browser (Debian's Chromium driven by Playwright) against a
+real `tally serve`: /api/schema opens Swagger UI from Tally's own files, lists every operation
+of the OpenAPI document, logs no console error (the page's CSP refuses anything inline or from
+elsewhere, and Chromium reports each refusal as one) and sends no request off the host; the
+dashboard page's "Download CSV" of a panel saves what it shows, and "Download raw events" the
+window's events as GET /api/export writes them."""
+
+from __future__ import annotations
+
+import csv
+import io
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_site_owner import CHROMIUM, CHROMIUM_ARGS, DESKTOP, Watch, new_project, screenshot
+
+from conftest import token
+from served import Server
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        not CHROMIUM.exists(),
+        reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)",
+    ),
+]
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
+
+
+@pytest.fixture(scope="module")
+def tally(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    server = Server(tmp_path_factory.mktemp("docs-serve"))
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.mark.parametrize("path", ["/api/schema", "/api/schema/swagger"])
+def test_the_docs_list_every_operation_offline(tally: str, browser: Any, path: str) -> None:
+    document = httpx.get(f"{tally}/api/schema/openapi.json").json()
+    expected = sorted(
+        (method.upper(), route)
+        for route, item in document["paths"].items()
+        for method in item
+        if method in METHODS
+    )
+    assert ("GET", "/api/export") in expected and len(expected) >= 8
+
+    context = browser.new_context(viewport=DESKTOP)
+    requests: list[str] = []
+    watch = Watch()
+    page = watch(context.new_page())
+    page.on("request", lambda request: requests.append(request.url))
+    page.goto(f"{tally}{path}")
+    page.wait_for_selector(".opblock", timeout=30_000)
+    page.wait_for_function(
+        f"document.querySelectorAll('.opblock').length >= {len(expected)}", timeout=30_000
+    )
+    shown = page.eval_on_selector_all(
+        ".opblock",
+        """els => els.map(e => [
+            e.querySelector('.opblock-summary-method').textContent.trim(),
+            e.querySelector('.opblock-summary-path').getAttribute('data-path'),
+        ])""",
+    )
+    assert sorted(tuple(s) for s in shown) == expected
+    assert page.title() == "Tally API"
+    # One operation opened: its parameters are there (the page works past the list).
+    export = '.opblock-get:has(.opblock-summary-path[data-path="/api/export"])'
+    page.click(f"{export} .opblock-summary")
+    page.wait_for_selector(f"{export} .parameters", timeout=10_000)
+    names = page.eval_on_selector_all(
+        f"{export} .parameter__name",
+        "els => els.map(e => e.firstChild.textContent.trim())",
+    )
+    assert sorted(names) == ["format", "from", "projectId", "to"]
+    screenshot(page, f"api-docs{path.replace('/', '-')}.png")
+    context.close()
+
+    off_host = [u for u in requests if not (u.startswith(tally + "/") or u.startswith("data:"))]
+    assert off_host == []
+    assert any("/assets/swagger-ui-bundle.js" in u for u in requests)
+    assert any(u.endswith("/api/schema/openapi.json") for u in requests)
+    watch.assert_clean()
+
+
+def saved(page: Any, selector: str) -> tuple[str, str]:
+    with page.expect_download(timeout=30_000) as info:
+        page.click(selector)
+    download = info.value
+    return download.suggested_filename, Path(download.path()).read_text()
+
+
+def test_panels_and_raw_events_download_as_csv(tally: str, browser: Any) -> None:
+    user = f"owner-{uuid.uuid4().hex[:8]}"
+    project, key = new_project(tally, user, "Downloads")
+    paths = ["/", "/pricing", "/a,b", '/q"uote', "/pricing"]
+    sent = httpx.post(
+        f"{tally}/api/collect",
+        json={"events": [{"name": "pageview", "path": p, "visitorId": "v1"} for p in paths]},
+        headers={"x-api-key": key},
+    )
+    assert sent.status_code == 202
+
+    context = browser.new_context(viewport=DESKTOP, accept_downloads=True)
+    watch = Watch()
+    page = watch(context.new_page())
+    page.goto(f"{tally}/?project={project}#token={token(user)}")
+    page.wait_for_selector("[data-csv]")
+
+    name, text = saved(page, f'[data-csv="tally-{project}-top-pages-7d.csv"]')
+    assert name == f"tally-{project}-top-pages-7d.csv"
+    rows = list(csv.reader(io.StringIO(text)))
+    assert rows[0] == ["path", "views"]
+    assert sorted(rows[1:]) == sorted(
+        [["/pricing", "2"], ["/", "1"], ["/a,b", "1"], ['/q"uote', "1"]]
+    )
+
+    name, text = saved(page, "#export-events")
+    assert name.startswith(f"tally-{project}-") and name.endswith(".csv")
+    events = list(csv.DictReader(io.StringIO(text)))
+    assert sorted(e["path"] for e in events) == sorted(paths)
+    assert {e["project_id"] for e in events} == {project}
+    context.close()
+    watch.assert_clean()
