@@ -9,6 +9,7 @@ import msgspec
 
 from tally.app import create_app
 from tally.config import Settings
+from tally.domain import projects
 from tally.http import schemas
 from tally.http.limits_doc import DEFAULT_DAYS, PAGE_DAYS, markdown
 from tally.http.messages import plain
@@ -47,7 +48,9 @@ def test_the_field_limits_are_the_schemas():
             kind = next(t for t in kind.types if not isinstance(t, msgspec.inspect.NoneType))
         return getattr(kind, "min_length", None), getattr(kind, "max_length", None)
 
-    assert bounds(schemas.CreateProject, "name") == (2, 60)
+    # A project name is 2-60 characters once trimmed (domain/projects.py, which the schema's
+    # pattern follows).
+    assert (projects.NAME_MIN, projects.NAME_MAX) == (2, 60)
     assert bounds(schemas.CreateKey, "label") == (1, 60)
     assert bounds(schemas.Event, "name") == (1, 100)
     assert bounds(schemas.Event, "path") == (None, 2048)
@@ -60,4 +63,5 @@ def test_the_field_limits_are_the_schemas():
     for rule in ("2–60 characters", "1–60 characters", "1–100", "at most 2048 characters"):
         assert rule in table
     # The error messages state the same ranges.
-    assert plain("Expected `str` of length >= 2", "$.name")[1] == "must be 2 to 60 characters"
+    assert plain("Expected `str` of length >= 2", "$.name")[1] == projects.NAME_RULE
+    assert projects.NAME_RULE.startswith("must be 2 to 60 characters")

@@ -503,7 +503,7 @@ def test_new_projects_have_the_defaults_and_the_zone_given(client, user):
     zoned = client.post(
         "/api/projects", json={"name": "NY", "timezone": "America/New_York"}, headers=auth(user)
     )
-    assert zoned.status_code == 201 and set(zoned.json()) == {"projectId", "apiKey"}
+    assert zoned.status_code == 201 and set(zoned.json()) == {"projectId", "apiKey", "keyId"}
     projects = listed_projects(client, user)
     assert set(projects[plain]) == {"id", "name", "createdAt", "timezone", "excludeBots"}
     assert (projects[plain]["timezone"], projects[plain]["excludeBots"]) == ("UTC", True)
@@ -622,9 +622,9 @@ def test_patch_changes_only_the_fields_given(client, user):
     [
         (b'{"projectId": "0123456789abcdef01234567", "excludeBots": "yes"}', "$.excludeBots"),
         (b'{"projectId": "0123456789abcdef01234567", "timezone": 5}', "$.timezone"),
-        (b'{"projectId": "0123456789abcdef01234567", "name": null, "x": 1}', "$"),
+        (b'{"projectId": "0123456789abcdef01234567", "name": null, "x": 1}', "$.x"),
         (b'{"projectId": "0123456789ABCDEF01234567"}', "$.projectId"),
-        (b'{"name": "Shop"}', "$"),
+        (b'{"name": "Shop"}', "$.projectId"),
         (b"{oops", "$"),
         (b"", "$"),
     ],

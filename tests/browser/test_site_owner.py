@@ -28,6 +28,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from conftest import token
 from served import Server
+from tally.domain.projects import NAME_RULE
 from test_cli import free_port
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -614,7 +615,7 @@ def test_dashboard_page_signs_in_and_manages_projects_and_keys(tally, browser, w
     # A name the API refuses (one character once trimmed): the rule, in the API's own words.
     page.fill("#project-name", " a  ")
     page.get_by_role("button", name="Create project").click()
-    page.get_by_text("Please check: name must be 2 to 60 characters.").wait_for()
+    page.get_by_text(f"Please check: name {NAME_RULE}.").wait_for()
 
     # A new project: its key shown once, with a copy button and the ready-made snippet.
     page.fill("#project-name", "Blog")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from ..domain.metrics import MAX_DAYS
+from ..domain.projects import NAME_RULE
 
 ISO_EXAMPLE = "must be an ISO 8601 date-time, e.g. 2026-11-23T10:00:00Z"
 OBJECT_ID = "must be a 24-character id (lowercase hex digits)"
@@ -27,7 +28,7 @@ _LENGTH_RULES = {
     "label": "must be 1 to 60 characters",
 }
 # The project name (a top-level `name`) has a rule of its own.
-_PROJECT_NAME = "must be 2 to 60 characters"
+_PROJECT_NAME = NAME_RULE
 _TYPE_NAMES = {
     "str": "a string",
     "int": "an integer",
