@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
+from zoneinfo import ZoneInfo
 
 
 @dataclass
@@ -24,6 +25,7 @@ class Sent:
     browser: str = "Unknown"
     device_type: str = "Unknown"
     metadata: dict[str, Any] = field(default_factory=dict)
+    is_bot: bool = False  # set at ingestion from the User-Agent; tests store it directly
 
     def payload(self) -> dict[str, Any]:
         """The JSON a client sends for this event (browser/device passed through metadata)."""
@@ -55,11 +57,23 @@ def _half_up(value: Decimal, places: int) -> Decimal:
     return value.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
 
 
-def dashboard(events: list[Sent], now: datetime, days: int) -> dict[str, Any]:
-    today = now.astimezone(UTC).date()
+def dashboard(
+    events: list[Sent], now: datetime, days: int, tz: str = "UTC", exclude_bots: bool = True
+) -> dict[str, Any]:
+    """The dashboard of a project in zone ``tz``: the window is the events whose local calendar
+    day is one of the ``days`` days ending with today's (and not after ``now``); days and hours
+    are local. With ``exclude_bots`` events flagged as bots count nowhere and ``botEvents`` says
+    how many of the window's were left out; without it they count like any other."""
+    zone = ZoneInfo(tz)
+
+    def local(e: Sent) -> datetime:
+        return e.occurred_at.astimezone(zone)
+
+    today = now.astimezone(zone).date()
     first: date = today - timedelta(days=days - 1)
-    start = datetime(first.year, first.month, first.day, tzinfo=UTC)
-    inside = [e for e in events if start <= e.occurred_at <= now]
+    in_window = [e for e in events if first <= local(e).date() and e.occurred_at <= now]
+    inside = [e for e in in_window if not (exclude_bots and e.is_bot)]
+    bot_events = len(in_window) - len(inside)
 
     pageviews = [e for e in inside if e.name == "pageview"]
     timeline = []
@@ -68,8 +82,11 @@ def dashboard(events: list[Sent], now: datetime, days: int) -> dict[str, Any]:
         timeline.append(
             {
                 "day": day.isoformat(),
-                "events": sum(1 for e in inside if e.occurred_at.date() == day),
-                "pageviews": sum(1 for e in pageviews if e.occurred_at.date() == day),
+                "events": sum(1 for e in inside if local(e).date() == day),
+                "pageviews": sum(1 for e in pageviews if local(e).date() == day),
+                "visitors": len(
+                    {e.visitor_id for e in inside if e.visitor_id and local(e).date() == day}
+                ),
             }
         )
 
@@ -105,7 +122,7 @@ def dashboard(events: list[Sent], now: datetime, days: int) -> dict[str, Any]:
             durations.append(Decimal(0))
     avg = int(_half_up(sum(durations, Decimal(0)) / len(durations), 0)) if durations else 0
 
-    hours: Counter[int] = Counter(e.occurred_at.hour for e in inside)
+    hours: Counter[int] = Counter(local(e).hour for e in inside)
     recent = sorted(inside, key=lambda e: e.occurred_at, reverse=True)[:20]
     live_since = now - timedelta(minutes=5)
     return {
@@ -116,6 +133,7 @@ def dashboard(events: list[Sent], now: datetime, days: int) -> dict[str, Any]:
             "uniqueSessions": len({e.session_id for e in inside if e.session_id}),
             "avgSessionDurationMs": avg,
             "bounceRate": bounce,
+            "botEvents": bot_events,
         },
         "timeline": timeline,
         "topPaths": _top(Counter(e.path for e in pageviews if e.path), "path", "views"),
@@ -137,6 +155,12 @@ def dashboard(events: list[Sent], now: datetime, days: int) -> dict[str, Any]:
             for e in recent
         ],
         "liveVisitors": len(
-            {e.visitor_id for e in events if e.visitor_id and live_since <= e.occurred_at <= now}
+            {
+                e.visitor_id
+                for e in events
+                if e.visitor_id
+                and live_since <= e.occurred_at <= now
+                and not (exclude_bots and e.is_bot)
+            }
         ),
     }

@@ -16,7 +16,8 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_202_ACCEPTED, HTTP_204_
 
 from ..domain import events as event_rules
 from ..domain.ids import OBJECT_ID_PATTERN, iso, utcnow
-from ..domain.metrics import MAX_DAYS, Window
+from ..domain.metrics import MAX_DAYS
+from ..query import Query
 from ..storage import dashboard as dashboard_queries
 from ..storage.projects import ProjectStore
 from . import schemas as s
@@ -36,7 +37,9 @@ ProjectIdParam = Annotated[
 DaysParam = Annotated[
     int,
     QueryParameter(
-        ge=1, le=MAX_DAYS, description=f"lookback window in UTC calendar days, 1 to {MAX_DAYS}"
+        ge=1,
+        le=MAX_DAYS,
+        description=f"lookback window in calendar days of the project's time zone, 1 to {MAX_DAYS}",
     ),
 ]
 KeyIdParam = Annotated[
@@ -73,6 +76,12 @@ async def _owned_project(state: State, user: str, project_id: str) -> None:
     store: ProjectStore = state.store
     if not await state.storage.run(store.owns, user, project_id):
         raise NotFoundException(detail="Project not found")
+
+
+async def _project_settings(state: State, user: str, project_id: str) -> tuple[str, bool]:
+    """The project's time zone and whether bots are left out. Until projects carry them
+    (ProjectStore.owned_settings), every project is UTC and leaves bots out."""
+    return "UTC", True
 
 
 class ProjectController(Controller):
@@ -178,9 +187,10 @@ async def dashboard(
 ) -> s.Dashboard:
     user = _user(request)
     await _owned_project(state, user, project_id)
-    window = Window(days=days, now=utcnow())
-    rows = await dashboard_queries.fetch(state.storage, project_id, window)
-    return build_dashboard(rows, window)
+    tz, exclude_bots = await _project_settings(state, user, project_id)
+    query = Query(project_id, days, utcnow(), tz=tz, exclude_bots=exclude_bots)
+    rows = await dashboard_queries.fetch(state.storage, query)
+    return build_dashboard(rows, query)
 
 
 COLLECT_EXAMPLE = Example(
