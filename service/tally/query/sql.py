@@ -53,7 +53,7 @@ def dashboard_sql(query: Query, plan: Plan | None = None) -> dict[str, str]:
         f"FROM {{db}}.sessions_daily WHERE {DAY_RANGE}{b}",
         "SELECT if(session_id = '', toUInt64(0), sipHash64(session_id)) AS session_hash, "
         "toUInt64(name = 'pageview') AS pv, occurred_at AS first_at, "
-        "toUInt64(name = 'session_end' AND duration_ms IS NULL) AS unstated "
+        "toInt64(name = 'session_end' AND duration_ms IS NULL) AS unstated "
         f"FROM {{db}}.events WHERE {EDGE}{b}",
     )
     out["sessions"] = f"""
