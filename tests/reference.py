@@ -26,6 +26,16 @@ class Sent:
     device_type: str = "Unknown"
     metadata: dict[str, Any] = field(default_factory=dict)
     is_bot: bool = False  # set at ingestion from the User-Agent; tests store it directly
+    # Set at ingestion from the url, referrer, IP and User-Agent; tests store them directly.
+    os: str = "Unknown"
+    source: str = ""
+    channel: str = ""
+    utm_source: str = ""
+    utm_medium: str = ""
+    utm_campaign: str = ""
+    utm_content: str = ""
+    utm_term: str = ""
+    country: str = ""
 
     def payload(self) -> dict[str, Any]:
         """The JSON a client sends for this event (browser/device passed through metadata)."""
@@ -163,4 +173,94 @@ def dashboard(
                 and not (exclude_bots and e.is_bot)
             }
         ),
+    }
+
+
+# --- /api/breakdown ---------------------------------------------------------------------------
+EVENT_DIMENSIONS = {
+    "path": "path",
+    "referrer": "referrer",
+    "country": "country",
+    "browser": "browser",
+    "os": "os",
+    "deviceType": "device_type",
+    "event": "name",
+}
+SESSION_DIMENSIONS = {
+    "source": "source",
+    "channel": "channel",
+    "utmSource": "utm_source",
+    "utmMedium": "utm_medium",
+    "utmCampaign": "utm_campaign",
+    "utmContent": "utm_content",
+    "utmTerm": "utm_term",
+}
+
+
+def breakdown(
+    events: list[Sent],
+    now: datetime,
+    days: int,
+    by: str,
+    limit: int = 10,
+    tz: str = "UTC",
+    exclude_bots: bool = True,
+) -> dict[str, Any]:
+    """The window's events (as the dashboard's) by one dimension. Event dimensions are each
+    event's own value; session dimensions are the session's: acquisition from its first event
+    in the window, entryPage / exitPage the path of its first / last pageview in the window, and
+    every event of the session counts under them. An event without a session id is a session of
+    its own. Empty values are left out. Rows: distinct non-empty visitor ids, pageviews, events;
+    by visitors, then pageviews, descending, then value ascending (byte order)."""
+    zone = ZoneInfo(tz)
+    today = now.astimezone(zone).date()
+    first = today - timedelta(days=days - 1)
+    inside = [
+        e
+        for e in events
+        if first <= e.occurred_at.astimezone(zone).date()
+        and e.occurred_at <= now
+        and not (exclude_bots and e.is_bot)
+    ]
+    groups: dict[Any, list[Sent]] = {}
+    for n, e in enumerate(inside):
+        groups.setdefault(e.session_id or ("alone", n), []).append(e)
+    visitors: dict[str, set[str]] = {}
+    pageviews: Counter[str] = Counter()
+    counts: Counter[str] = Counter()
+    for group in groups.values():
+        ordered = sorted(group, key=lambda e: e.occurred_at)
+        views = [e for e in ordered if e.name == "pageview"]
+        for e in ordered:
+            if by in EVENT_DIMENSIONS:
+                value = getattr(e, EVENT_DIMENSIONS[by])
+            elif by in SESSION_DIMENSIONS:
+                value = getattr(ordered[0], SESSION_DIMENSIONS[by])
+            elif by == "entryPage":
+                value = views[0].path if views else ""
+            elif by == "exitPage":
+                value = views[-1].path if views else ""
+            else:
+                raise ValueError(by)
+            if not value:
+                continue
+            visitors.setdefault(value, set())
+            if e.visitor_id:
+                visitors[value].add(e.visitor_id)
+            pageviews[value] += e.name == "pageview"
+            counts[value] += 1
+    rows = sorted(counts, key=lambda v: (-len(visitors[v]), -pageviews[v], v.encode("utf-8")))[
+        :limit
+    ]
+    return {
+        "by": by,
+        "rows": [
+            {
+                "value": v,
+                "visitors": len(visitors[v]),
+                "pageviews": pageviews[v],
+                "events": counts[v],
+            }
+            for v in rows
+        ],
     }

@@ -45,6 +45,14 @@ COLUMNS = [
     "user_agent",
     "key_id",
     "is_bot",
+    "source",
+    "channel",
+    "utm_source",
+    "utm_medium",
+    "utm_campaign",
+    "utm_content",
+    "utm_term",
+    "country",
 ]
 
 
@@ -69,7 +77,7 @@ def store(client, project_id: str, events: list[Sent]) -> None:
             e.session_id,
             e.visitor_id,
             e.browser,
-            "Other",
+            e.os,
             e.device_type,
             _duration(e),
             json.dumps(e.metadata),
@@ -77,6 +85,14 @@ def store(client, project_id: str, events: list[Sent]) -> None:
             "test",
             "k",
             int(e.is_bot),
+            e.source,
+            e.channel,
+            e.utm_source,
+            e.utm_medium,
+            e.utm_campaign,
+            e.utm_content,
+            e.utm_term,
+            e.country,
         ]
         for e in events
     ]

@@ -21,7 +21,7 @@ from test_local_time import COLUMNS, _duration
 
 
 def _insert(storage: Storage, project_id: str, events: list[Sent], with_bot: bool) -> None:
-    columns = COLUMNS if with_bot else COLUMNS[:-1]
+    columns = COLUMNS[: COLUMNS.index("is_bot") + (1 if with_bot else 0)]
     rows = [
         [
             project_id,

@@ -23,6 +23,7 @@ from litestar.types import Message, Scope
 from .config import Settings, load_settings
 from .domain.privacy import IpHasher
 from .http.auth import SessionVerifier
+from .http.breakdown import breakdown
 from .http.controllers import ProjectController, collect, dashboard, health
 from .http.errors import EXCEPTION_HANDLERS
 from .http.pages import PAGE_HANDLERS, WebFiles
@@ -140,7 +141,7 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
         }
     )
     app = Litestar(
-        route_handlers=[ProjectController, collect, dashboard, health, *PAGE_HANDLERS],
+        route_handlers=[ProjectController, collect, dashboard, breakdown, health, *PAGE_HANDLERS],
         state=state,
         lifespan=[lifespan],
         exception_handlers=EXCEPTION_HANDLERS,
