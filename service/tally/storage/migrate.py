@@ -160,13 +160,14 @@ def render_for_cluster(statement: str, cluster: str) -> list[str]:
             + _ORDER_BY_CHANGE.sub("", change),
         ]
     if alter := _ALTER_VIEW_QUERY.match(statement):
+        view_name = alter[1]
 
-        def local_table(ref: re.Match[str]) -> str:
+        def to_local(ref: re.Match[str]) -> str:
             if ref[1] not in SHARDING_KEYS:
-                raise ValueError(f"view {alter[1]} uses {ref[1]}, which is not a storage table")
+                raise ValueError(f"view {view_name} uses {ref[1]}, which is not a storage table")
             return f"${{db}}.{ref[1]}{LOCAL_SUFFIX}"
 
-        query = _TABLE_REF.sub(local_table, statement[alter.end() :])
+        query = _TABLE_REF.sub(to_local, statement[alter.end() :])
         return [f"ALTER TABLE ${{db}}.{alter[1]} ON CLUSTER {cluster} MODIFY QUERY\n{query}"]
     if (insert := _INSERT.match(statement)) and insert[1] in SHARDING_KEYS:
         return [statement]
