@@ -217,3 +217,19 @@ def test_growth_is_reported_for_every_larger_size():
     single = sizes(10)
     add_growth(single, ["1M"])
     assert single == sizes(10)
+
+
+def test_zones_benchmark_runs_on_a_small_tenant(tmp_path):
+    """python -m benchmarks.zones loads a tenant and times the dashboard in each zone (smoke
+    run: no timings asserted)."""
+    command = [sys.executable, "-m", "benchmarks.zones", "--url", f"chdb://{tmp_path}/ch"]
+    command += ["--events", "600", "--repeat", "1", "--days", "7"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    timed = {(line[:28].strip(), line[28:47].strip()) for line in lines[2:]}
+    for zone in ("UTC", "Asia/Kathmandu", "America/Los_Angeles", "Pacific/Chatham"):
+        assert (f"{zone} bots out", "dashboard") in timed
+        assert (f"{zone} bots out", "visitors") in timed
+    assert ("Asia/Kathmandu bots out", "session_ends_edge") in timed  # the raw partial day
+    assert ("UTC bots out", "session_ends_edge") not in timed
