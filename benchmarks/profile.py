@@ -117,7 +117,8 @@ def profile_queries(
     ``events``. The CPU is the process's, all engine threads included."""
     import asyncio
 
-    from tally.domain.metrics import Window
+    from tally.query import Query
+    from tally.query.sql import dashboard_sql, parameters
     from tally.storage import dashboard
     from tally.storage.projects import ProjectStore
 
@@ -125,7 +126,7 @@ def profile_queries(
 
     out: list[tuple[int, str, float, float | None]] = []
     with tempfile.TemporaryDirectory(prefix="tally-profile-") as tmp:
-        pool = len(dashboard.QUERIES)
+        pool = 16  # every dashboard query at once
         storage = Storage(parse_url(f"chdb://{tmp}/clickhouse"), pool_size=pool)
         try:
             migrate(storage)
@@ -137,10 +138,10 @@ def profile_queries(
             settle_merges(storage)
             settings = {"max_threads": threads} if threads else {}
             for days in (7, 30, 90):
-                window = Window(days=days, now=datetime.now(UTC))
-                params = dashboard.parameters(tenant.id, window)
+                window = Query(tenant.id, days, datetime.now(UTC))
+                params = parameters(window)
                 with storage.client() as client:
-                    for name, sql in dashboard.QUERIES.items():
+                    for name, sql in dashboard_sql(window).items():
                         run = partial(
                             client.query,
                             sql.replace("{db}", storage.database),
@@ -153,7 +154,7 @@ def profile_queries(
                 walls, cpus = [], []
                 for _ in range(WARM_UP + repeat):
                     wall, cpu = time.perf_counter(), time.process_time()
-                    asyncio.run(dashboard.fetch(storage, tenant.id, window))
+                    asyncio.run(dashboard.fetch(storage, window))
                     walls.append((time.perf_counter() - wall) * 1000)
                     cpus.append((time.process_time() - cpu) * 1000)
                 out.append(

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
+from zoneinfo import ZoneInfo
 
 
 @dataclass
@@ -24,6 +25,17 @@ class Sent:
     browser: str = "Unknown"
     device_type: str = "Unknown"
     metadata: dict[str, Any] = field(default_factory=dict)
+    is_bot: bool = False  # set at ingestion from the User-Agent; tests store it directly
+    # Set at ingestion from the url, referrer, IP and User-Agent; tests store them directly.
+    os: str = "Unknown"
+    source: str = ""
+    channel: str = ""
+    utm_source: str = ""
+    utm_medium: str = ""
+    utm_campaign: str = ""
+    utm_content: str = ""
+    utm_term: str = ""
+    country: str = ""
 
     def payload(self) -> dict[str, Any]:
         """The JSON a client sends for this event (browser/device passed through metadata)."""
@@ -55,11 +67,23 @@ def _half_up(value: Decimal, places: int) -> Decimal:
     return value.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
 
 
-def dashboard(events: list[Sent], now: datetime, days: int) -> dict[str, Any]:
-    today = now.astimezone(UTC).date()
+def dashboard(
+    events: list[Sent], now: datetime, days: int, tz: str = "UTC", exclude_bots: bool = True
+) -> dict[str, Any]:
+    """The dashboard of a project in zone ``tz``: the window is the events whose local calendar
+    day is one of the ``days`` days ending with today's (and not after ``now``); days and hours
+    are local. With ``exclude_bots`` events flagged as bots count nowhere and ``botEvents`` says
+    how many of the window's were left out; without it they count like any other."""
+    zone = ZoneInfo(tz)
+
+    def local(e: Sent) -> datetime:
+        return e.occurred_at.astimezone(zone)
+
+    today = now.astimezone(zone).date()
     first: date = today - timedelta(days=days - 1)
-    start = datetime(first.year, first.month, first.day, tzinfo=UTC)
-    inside = [e for e in events if start <= e.occurred_at <= now]
+    in_window = [e for e in events if first <= local(e).date() and e.occurred_at <= now]
+    inside = [e for e in in_window if not (exclude_bots and e.is_bot)]
+    bot_events = len(in_window) - len(inside)
 
     pageviews = [e for e in inside if e.name == "pageview"]
     timeline = []
@@ -68,8 +92,11 @@ def dashboard(events: list[Sent], now: datetime, days: int) -> dict[str, Any]:
         timeline.append(
             {
                 "day": day.isoformat(),
-                "events": sum(1 for e in inside if e.occurred_at.date() == day),
-                "pageviews": sum(1 for e in pageviews if e.occurred_at.date() == day),
+                "events": sum(1 for e in inside if local(e).date() == day),
+                "pageviews": sum(1 for e in pageviews if local(e).date() == day),
+                "visitors": len(
+                    {e.visitor_id for e in inside if e.visitor_id and local(e).date() == day}
+                ),
             }
         )
 
@@ -105,7 +132,7 @@ def dashboard(events: list[Sent], now: datetime, days: int) -> dict[str, Any]:
             durations.append(Decimal(0))
     avg = int(_half_up(sum(durations, Decimal(0)) / len(durations), 0)) if durations else 0
 
-    hours: Counter[int] = Counter(e.occurred_at.hour for e in inside)
+    hours: Counter[int] = Counter(local(e).hour for e in inside)
     recent = sorted(inside, key=lambda e: e.occurred_at, reverse=True)[:20]
     live_since = now - timedelta(minutes=5)
     return {
@@ -116,6 +143,7 @@ def dashboard(events: list[Sent], now: datetime, days: int) -> dict[str, Any]:
             "uniqueSessions": len({e.session_id for e in inside if e.session_id}),
             "avgSessionDurationMs": avg,
             "bounceRate": bounce,
+            "botEvents": bot_events,
         },
         "timeline": timeline,
         "topPaths": _top(Counter(e.path for e in pageviews if e.path), "path", "views"),
@@ -137,6 +165,102 @@ def dashboard(events: list[Sent], now: datetime, days: int) -> dict[str, Any]:
             for e in recent
         ],
         "liveVisitors": len(
-            {e.visitor_id for e in events if e.visitor_id and live_since <= e.occurred_at <= now}
+            {
+                e.visitor_id
+                for e in events
+                if e.visitor_id
+                and live_since <= e.occurred_at <= now
+                and not (exclude_bots and e.is_bot)
+            }
         ),
+    }
+
+
+# --- /api/breakdown ---------------------------------------------------------------------------
+EVENT_DIMENSIONS = {
+    "path": "path",
+    "referrer": "referrer",
+    "country": "country",
+    "browser": "browser",
+    "os": "os",
+    "deviceType": "device_type",
+    "event": "name",
+}
+SESSION_DIMENSIONS = {
+    "source": "source",
+    "channel": "channel",
+    "utmSource": "utm_source",
+    "utmMedium": "utm_medium",
+    "utmCampaign": "utm_campaign",
+    "utmContent": "utm_content",
+    "utmTerm": "utm_term",
+}
+
+
+def breakdown(
+    events: list[Sent],
+    now: datetime,
+    days: int,
+    by: str,
+    limit: int = 10,
+    tz: str = "UTC",
+    exclude_bots: bool = True,
+) -> dict[str, Any]:
+    """The window's events (as the dashboard's) by one dimension. Event dimensions are each
+    event's own value; session dimensions are the session's: acquisition from its first event
+    in the window, entryPage / exitPage the path of its first / last pageview in the window, and
+    every event of the session counts under them. An event without a session id is a session of
+    its own. Empty values are left out. Rows: distinct non-empty visitor ids, pageviews, events;
+    by visitors, then pageviews, descending, then value ascending (byte order)."""
+    zone = ZoneInfo(tz)
+    today = now.astimezone(zone).date()
+    first = today - timedelta(days=days - 1)
+    inside = [
+        e
+        for e in events
+        if first <= e.occurred_at.astimezone(zone).date()
+        and e.occurred_at <= now
+        and not (exclude_bots and e.is_bot)
+    ]
+    groups: dict[Any, list[Sent]] = {}
+    for n, e in enumerate(inside):
+        groups.setdefault(e.session_id or ("alone", n), []).append(e)
+    visitors: dict[str, set[str]] = {}
+    pageviews: Counter[str] = Counter()
+    counts: Counter[str] = Counter()
+    for group in groups.values():
+        ordered = sorted(group, key=lambda e: e.occurred_at)
+        views = [e for e in ordered if e.name == "pageview"]
+        for e in ordered:
+            if by in EVENT_DIMENSIONS:
+                value = getattr(e, EVENT_DIMENSIONS[by])
+            elif by in SESSION_DIMENSIONS:
+                value = getattr(ordered[0], SESSION_DIMENSIONS[by])
+            elif by == "entryPage":
+                value = views[0].path if views else ""
+            elif by == "exitPage":
+                value = views[-1].path if views else ""
+            else:
+                raise ValueError(by)
+            if not value:
+                continue
+            visitors.setdefault(value, set())
+            if e.visitor_id:
+                visitors[value].add(e.visitor_id)
+            pageviews[value] += e.name == "pageview"
+            counts[value] += 1
+    rows = sorted(counts, key=lambda v: (-len(visitors[v]), -pageviews[v], v.encode("utf-8")))[
+        :limit
+    ]
+    return {
+        "by": by,
+        "rows": [
+            {
+                "value": v,
+                "visitors": len(visitors[v]),
+                "pageviews": pageviews[v],
+                "events": counts[v],
+            }
+            for v in rows
+        ],
     }

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,8 @@ from benchmarks.dashboard import add_growth, size_label
 from benchmarks.generate import generate, settle_merges
 from benchmarks.ingest import parse_wrk
 
-from tally.storage.dashboard import QUERIES
+from tally.query import Query
+from tally.query.sql import dashboard_sql
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -113,12 +115,15 @@ def test_profiles_run_and_cover_every_case():
         return done.stdout.splitlines()
 
     inserts = [line.split("  ")[0] for line in profile("insert", "--rows", "4")]
-    assert inserts[:3] == ["7 views", "7 views, no deduplication", "7 views, one after another"]
-    assert inserts[3] == "7 views, no projections"
-    assert inserts[4:] == [f"{n} views" for n in range(6, -1, -1)]
+    assert inserts[:3] == ["9 views", "9 views, no deduplication", "9 views, one after another"]
+    assert inserts[3] == "9 views, no projections"
+    assert inserts[4:] == [f"{n} views" for n in range(8, -1, -1)]
     timed = profile("queries", "--events", "6000", "--threads", "1")
     queries = [line.split()[:3] for line in timed]
-    names = [*QUERIES, "dashboard"]  # each query alone, then all of them as served
+    names = [
+        *dashboard_sql(Query("p" * 24, 7, datetime.now(UTC))),
+        "dashboard",
+    ]  # each query alone, then all of them as served
     assert queries == [[str(days), "days", name] for days in (7, 30, 90) for name in names]
     assert all("of CPU" in line for line in timed if line.split()[2] == "dashboard")
 
@@ -226,3 +231,19 @@ def test_growth_is_reported_for_every_larger_size():
     single = sizes(10)
     add_growth(single, ["1M"])
     assert single == sizes(10)
+
+
+def test_zones_benchmark_runs_on_a_small_tenant(tmp_path):
+    """python -m benchmarks.zones loads a tenant and times the dashboard in each zone (smoke
+    run: no timings asserted)."""
+    command = [sys.executable, "-m", "benchmarks.zones", "--url", f"chdb://{tmp_path}/ch"]
+    command += ["--events", "600", "--repeat", "1", "--days", "7"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    timed = {(line[:28].strip(), line[28:47].strip()) for line in lines[2:]}
+    for zone in ("UTC", "Asia/Kathmandu", "America/Los_Angeles", "Pacific/Chatham"):
+        assert (f"{zone} bots out", "dashboard") in timed
+        assert (f"{zone} bots out", "visitors") in timed
+    assert ("Asia/Kathmandu bots out", "session_ends_edge") in timed  # the raw partial day
+    assert ("UTC bots out", "session_ends_edge") not in timed

@@ -42,11 +42,11 @@ def k8s() -> dict[tuple[str, str], dict[str, Any]]:
 # --- the cluster schema ----------------------------------------------------------------------
 
 
-def cluster_ddl(database: str = "tally") -> list[str]:
+def cluster_ddl(database: str = "tally", backfills: bool = True) -> list[str]:
     statements = [migrations_table(database, CLUSTER)]
     for migration in load_migrations():
         statements += migration.statements(database, CLUSTER)
-    return [s.strip() for s in statements]
+    return [s.strip() for s in statements if backfills or not s.startswith("INSERT INTO ")]
 
 
 def parse(statement: str) -> dict[str, str]:
@@ -69,13 +69,23 @@ def parse(statement: str) -> dict[str, str]:
 
 
 def test_every_statement_runs_on_the_cluster():
-    parsed = [parse(s) for s in cluster_ddl()]
+    """Every DDL statement runs ON CLUSTER; a one-time backfill (INSERT ... SELECT) runs from one
+    node through the Distributed tables, which send each row to its project's shard."""
+    statements = cluster_ddl()
+    backfills = [s for s in statements if s.startswith("INSERT INTO ")]
+    assert backfills  # schema 007
+    for backfill in backfills:
+        target = re.match(r"INSERT INTO tally\.(\w+) ", backfill)
+        assert target and target[1] in SHARDING_KEYS and "_local" not in backfill
+    parsed = [parse(s) for s in statements if s not in backfills]
     assert {p["cluster"] for p in parsed} == {CLUSTER}
     assert {p["database"] for p in parsed} == {"tally"}
 
 
 def test_storage_tables_are_replicated_locals_behind_distributed_tables():
-    tables = {p["name"]: p for p in map(parse, cluster_ddl()) if p["kind"] == "TABLE"}
+    tables = {
+        p["name"]: p for p in map(parse, cluster_ddl(backfills=False)) if p["kind"] == "TABLE"
+    }
     assert set(SHARDING_KEYS) | {"schema_migrations"} | {
         t + LOCAL_SUFFIX for t in SHARDING_KEYS
     } == set(tables)
@@ -95,9 +105,14 @@ def test_storage_tables_are_replicated_locals_behind_distributed_tables():
 def test_alters_change_the_local_tables():
     """A projection or a MergeTree setting belongs where the rows are stored; a new column goes
     to the local tables first, then to the Distributed table that passes it on."""
-    statements = cluster_ddl()
+    statements = cluster_ddl(backfills=False)
     alters = [(s, p) for s, p in zip(statements, map(parse, statements), strict=True)]
     alters = [(s, p) for s, p in alters if p["kind"] == "ALTER"]
+    views = [(s, p) for s, p in alters if " MODIFY QUERY\n" in s]
+    assert views  # schema 007: each view's query changed on every node, reading local tables
+    for sql, _ in views:
+        assert set(re.findall(r"\bFROM tally\.(\w+)", sql)) == {"events_local"}
+    alters = [(s, p) for s, p in alters if (s, p) not in views]
     assert alters  # schema 004, 005
     assert all(p["name"].removesuffix(LOCAL_SUFFIX) in SHARDING_KEYS for _, p in alters)
     columns = [(s, p) for s, p in alters if " ADD COLUMN " in s]
@@ -105,7 +120,10 @@ def test_alters_change_the_local_tables():
     assert all(p["name"].endswith(LOCAL_SUFFIX) for s, p in alters if (s, p) not in columns)
     for (local_sql, local), (public_sql, public) in zip(columns[::2], columns[1::2], strict=True):
         assert local["name"] == public["name"] + LOCAL_SUFFIX
-        assert local_sql.split(" ADD COLUMN ")[1] == public_sql.split(" ADD COLUMN ")[1]
+        # A sorting key changed with the column (007) is the local tables' alone.
+        change = local_sql.split(" ADD COLUMN ")[1].split(", MODIFY ORDER BY ")[0]
+        assert change == public_sql.split(" ADD COLUMN ")[1]
+        assert ", MODIFY ORDER BY " not in public_sql
 
 
 def test_engines_match_the_one_node_schema():
@@ -116,7 +134,9 @@ def test_engines_match_the_one_node_schema():
                 r"CREATE TABLE IF NOT EXISTS tally\.(\w+).*?^ENGINE = (\w+)", statement, re.S | re.M
             ):
                 plain[m[1]] = m[2]
-    tables = {p["name"]: p for p in map(parse, cluster_ddl()) if p["kind"] == "TABLE"}
+    tables = {
+        p["name"]: p for p in map(parse, cluster_ddl(backfills=False)) if p["kind"] == "TABLE"
+    }
     for name, engine in plain.items():
         assert tables[name + LOCAL_SUFFIX]["engine"] == "Replicated" + engine
 
@@ -132,7 +152,9 @@ def test_sharding_keeps_a_tenant_on_one_shard():
 
 
 def test_views_read_and_write_local_tables():
-    views = [p for p in map(parse, cluster_ddl()) if p["kind"] == "MATERIALIZED VIEW"]
+    views = [
+        p for p in map(parse, cluster_ddl(backfills=False)) if p["kind"] == "MATERIALIZED VIEW"
+    ]
     assert {v["to"] for v in views} == {
         r + LOCAL_SUFFIX for r in RETENTION_COLUMNS if r != "events"
     }

@@ -26,6 +26,7 @@ from .config import Settings, load_settings
 from .domain.geo import CountryReader
 from .domain.privacy import IpHasher
 from .http.auth import SessionVerifier
+from .http.breakdown import breakdown
 from .http.controllers import ProjectController, collect, dashboard, health
 from .http.docs import docs_router, render_plugins
 from .http.errors import EXCEPTION_HANDLERS
@@ -195,6 +196,7 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
             ProjectController,
             collect,
             dashboard,
+            breakdown,
             health,
             *EXPORT_HANDLERS,
             *PAGE_HANDLERS,

@@ -17,8 +17,9 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_202_ACCEPTED, HTTP_204_
 
 from ..domain import events as event_rules
 from ..domain.ids import OBJECT_ID_PATTERN, iso, key_preview, utcnow
-from ..domain.metrics import MAX_DAYS, Window
+from ..domain.metrics import MAX_DAYS
 from ..domain.projects import DEFAULT_TIMEZONE
+from ..query import Query
 from ..storage import dashboard as dashboard_queries
 from ..storage.projects import UNTITLED_LABEL, ProjectStore
 from . import schemas as s
@@ -37,7 +38,9 @@ ProjectIdParam = Annotated[
 DaysParam = Annotated[
     int,
     QueryParameter(
-        ge=1, le=MAX_DAYS, description=f"lookback window in UTC calendar days, 1 to {MAX_DAYS}"
+        ge=1,
+        le=MAX_DAYS,
+        description=f"lookback window in calendar days of the project's time zone, 1 to {MAX_DAYS}",
     ),
 ]
 KeyIdParam = Annotated[
@@ -74,6 +77,16 @@ async def _owned_project(state: State, user: str, project_id: str) -> None:
     store: ProjectStore = state.store
     if not await state.storage.run(store.owns, user, project_id):
         raise NotFoundException(detail="Project not found")
+
+
+async def _project_settings(state: State, user: str, project_id: str) -> tuple[str, bool]:
+    """The project's time zone and whether bots are left out; 404 unless ``user`` owns it (one
+    cached lookup answers both)."""
+    store: ProjectStore = state.store
+    settings = await state.storage.run(store.owned_settings, user, project_id)
+    if settings is None:
+        raise NotFoundException(detail="Project not found")
+    return settings.timezone, settings.exclude_bots
 
 
 class ProjectController(Controller):
@@ -237,12 +250,12 @@ async def dashboard(
     request: Request[Any, Any, Any], state: State, project_id: ProjectIdParam, days: DaysParam = 14
 ) -> s.Dashboard:
     user = _user(request)
-    await _owned_project(state, user, project_id)
-    window = Window(days=days, now=utcnow())
+    tz, exclude_bots = await _project_settings(state, user, project_id)
+    query = Query(project_id, days, utcnow(), tz=tz, exclude_bots=exclude_bots)
     # Taken before the queries: whatever it promises is loaded by the time they read.
     through = datetime.fromtimestamp(state.ingest.data_through_ms() / 1000, UTC)
-    rows = await dashboard_queries.fetch(state.storage, project_id, window)
-    result = build_dashboard(rows, window)
+    rows = await dashboard_queries.fetch(state.storage, query)
+    result = build_dashboard(rows, query)
     result.data_through = iso(through)
     return result
 

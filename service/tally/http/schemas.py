@@ -172,12 +172,14 @@ class Summary(Struct, rename="camel"):
     unique_sessions: int
     avg_session_duration_ms: int
     bounce_rate: float
+    bot_events: int = 0  # events flagged as bots left out of the window (0 when bots count)
 
 
 class DayPoint(Struct):
     day: str
     events: int
     pageviews: int
+    visitors: int = 0  # distinct visitors of that local day
 
 
 class PathCount(Struct):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ..domain.ids import iso
-from ..domain.metrics import Window, bounce_rate, mean_ms
+from ..domain.metrics import bounce_rate, mean_ms
+from ..query import Query
 from ..storage.dashboard import DashboardRows
 from . import schemas as s
 
@@ -12,13 +13,14 @@ def _scalar(rows: list[tuple[object, ...]], index: int = 0) -> int:
     return int(rows[0][index] or 0) if rows else 0  # type: ignore[call-overload]
 
 
-def build_dashboard(rows: DashboardRows, window: Window) -> s.Dashboard:
+def build_dashboard(rows: DashboardRows, window: Query) -> s.Dashboard:
     by_day = {day: (int(events), int(pageviews)) for day, events, pageviews in rows.timeline}
     timeline = [
         s.DayPoint(
             day=day.isoformat(),
             events=by_day.get(day, (0, 0))[0],
             pageviews=by_day.get(day, (0, 0))[1],
+            visitors=rows.day_visitors.get(day, 0),
         )
         for day in window.day_list()
     ]
@@ -33,6 +35,7 @@ def build_dashboard(rows: DashboardRows, window: Window) -> s.Dashboard:
         unique_sessions=int(sessions),
         avg_session_duration_ms=mean_ms(float(total_duration or 0), int(ends)),
         bounce_rate=bounce_rate(int(bounced), int(with_pageviews)),
+        bot_events=rows.bots,
     )
     return s.Dashboard(
         summary=summary,

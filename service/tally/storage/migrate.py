@@ -65,6 +65,8 @@ SHARDING_KEYS: dict[str, str] = {
     "clients_daily": PROJECT_SHARD,
     "visitors_daily": PROJECT_SHARD,
     "sessions_daily": PROJECT_SHARD,
+    "events_quarter": PROJECT_SHARD,
+    "visitors_quarter": PROJECT_SHARD,
     "projects": "cityHash64(id)",
     "api_keys": PROJECT_SHARD,
     "api_key_usage": PROJECT_SHARD,
@@ -78,10 +80,16 @@ _TABLE_REF = re.compile(r"\$\{db\}\.(\w+)")
 # ALTERs that change only how a table stores its rows (a projection, a MergeTree setting): on a
 # cluster they belong to the local tables, not to the Distributed table in front of them.
 _ALTER_STORAGE = re.compile(
-    r"\AALTER TABLE \$\{db\}\.(\w+) (?=(?:ADD|MATERIALIZE) PROJECTION |MODIFY SETTING )"
+    r"\AALTER TABLE \$\{db\}\.(\w+) (?=(?:ADD|MATERIALIZE|DROP) PROJECTION |MODIFY SETTING )"
 )
 # ALTERs that change the columns: the local tables first, then the Distributed table in front.
 _ALTER_COLUMNS = re.compile(r"\AALTER TABLE \$\{db\}\.(\w+) (?=ADD COLUMN )")
+# A column added to the sorting key in the same ALTER: the sorting key is the local tables' own.
+_ORDER_BY_CHANGE = re.compile(r", MODIFY ORDER BY \(.*\)\Z", re.DOTALL)
+# A materialized view's query changed in place (atomically): on a cluster, every node's view.
+_ALTER_VIEW_QUERY = re.compile(r"\AALTER TABLE \$\{db\}\.(\w+_mv) MODIFY QUERY\n")
+# A one-time backfill (INSERT ... SELECT): through the Distributed tables, from one node.
+_INSERT = re.compile(r"\AINSERT INTO \$\{db\}\.(\w+) ")
 
 
 def _check_cluster(cluster: str) -> None:
@@ -148,8 +156,21 @@ def render_for_cluster(statement: str, cluster: str) -> list[str]:
         change = statement[alter.end() :]
         return [
             f"ALTER TABLE ${{db}}.{alter[1]}{LOCAL_SUFFIX} ON CLUSTER {cluster} {change}",
-            f"ALTER TABLE ${{db}}.{alter[1]} ON CLUSTER {cluster} {change}",
+            f"ALTER TABLE ${{db}}.{alter[1]} ON CLUSTER {cluster} "
+            + _ORDER_BY_CHANGE.sub("", change),
         ]
+    if alter := _ALTER_VIEW_QUERY.match(statement):
+        view_name = alter[1]
+
+        def to_local(ref: re.Match[str]) -> str:
+            if ref[1] not in SHARDING_KEYS:
+                raise ValueError(f"view {view_name} uses {ref[1]}, which is not a storage table")
+            return f"${{db}}.{ref[1]}{LOCAL_SUFFIX}"
+
+        query = _TABLE_REF.sub(to_local, statement[alter.end() :])
+        return [f"ALTER TABLE ${{db}}.{alter[1]} ON CLUSTER {cluster} MODIFY QUERY\n{query}"]
+    if (insert := _INSERT.match(statement)) and insert[1] in SHARDING_KEYS:
+        return [statement]
     raise ValueError(
         "cluster mode does not know how to render this statement; teach "
         f"tally/storage/migrate.py: {statement.splitlines()[0]}"
@@ -250,6 +271,8 @@ RETENTION_COLUMNS: dict[str, str] = {
     "clients_daily": "day",
     "visitors_daily": "day",
     "sessions_daily": "day",
+    "events_quarter": "bucket",
+    "visitors_quarter": "bucket",
 }
 
 

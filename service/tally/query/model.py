@@ -1,0 +1,70 @@
+"""The query value: what a request asks, resolved in the project's time zone."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from functools import lru_cache
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from ..domain.metrics import LIST_LIMIT
+
+QUARTER = timedelta(minutes=15)  # every UTC offset in use is a multiple of it
+
+
+@lru_cache(maxsize=1024)
+def resolve_zone(name: str) -> ZoneInfo:
+    """The IANA zone ``name``; ValueError when there is none by that name."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as error:
+        raise ValueError(f"unknown time zone {name!r}") from error
+
+
+def local_midnight(day: date, zone: ZoneInfo) -> datetime:
+    """The first instant (UTC) of the local calendar day ``day``. Where a DST change skips
+    midnight (clocks jump from 00:00 to 01:00), that is the instant the day begins at 01:00."""
+    return datetime.combine(day, time(0), tzinfo=zone).astimezone(UTC)
+
+
+@dataclass(frozen=True)
+class Query:
+    """One question about one project: the ``days`` local calendar days of zone ``tz`` ending
+    today (from local midnight of today - days + 1 until ``now``), bots left out when
+    ``exclude_bots``. ``dimension`` and ``limit`` are a breakdown's. Made once at the edge;
+    every later step reads it and none changes it."""
+
+    project_id: str
+    days: int
+    now: datetime
+    tz: str = "UTC"
+    exclude_bots: bool = True
+    dimension: str | None = None
+    limit: int = LIST_LIMIT
+
+    def __post_init__(self) -> None:
+        resolve_zone(self.tz)  # an unknown zone fails here, at the edge
+        if self.now.tzinfo is None:
+            raise ValueError("now must be timezone-aware")
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return resolve_zone(self.tz)
+
+    @property
+    def today(self) -> date:
+        """Today in the project's zone."""
+        return self.now.astimezone(self.zone).date()
+
+    @property
+    def first_day(self) -> date:
+        return self.today - timedelta(days=self.days - 1)
+
+    @property
+    def start(self) -> datetime:
+        """The window's first instant, UTC: local midnight of its first day."""
+        return local_midnight(self.first_day, self.zone)
+
+    def day_list(self) -> list[date]:
+        """The window's local days, oldest first."""
+        return [self.first_day + timedelta(days=i) for i in range(self.days)]

@@ -1,0 +1,144 @@
+"""SQL for the dashboard, built from a :class:`Query` and its :class:`Plan`. Values reach SQL only
+as server-side parameters (``{name:Type}``); what varies in the text (the bot filter, whether the
+raw edge is read) is chosen here from code, never from request strings. ``{db}`` is the
+database, filled in by the runner.
+
+Parameters: p (project), t0 (window start, UTC), tz (the zone), d0/d1 (the UTC days the day
+rollups cover), e0/e1 (the raw edge), live (start of the live window)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..domain.metrics import LIST_LIMIT, LIVE_WINDOW, MAX_DAYS, RECENT_LIMIT
+from .decider import Plan, decide
+from .model import Query
+
+DAY_RANGE = "project_id = {p:String} AND day BETWEEN {d0:Date} AND {d1:Date}"
+QUARTERS = "project_id = {p:String} AND bucket >= {t0:DateTime('UTC')}"
+EDGE = (
+    "project_id = {p:String} AND occurred_at >= {e0:DateTime64(3, 'UTC')}"
+    " AND occurred_at < {e1:DateTime64(3, 'UTC')}"
+)
+WINDOW = "project_id = {p:String} AND occurred_at >= {t0:DateTime64(3, 'UTC')}"
+LOCAL_DAY = "toDate(toTimeZone(bucket, {tz:String}))"
+LOCAL_HOUR = "toHour(toTimeZone(bucket, {tz:String}))"
+
+# grouping(d, name, h) of the events_quarter scan: which grouping set a row belongs to.
+PER_DAY, PER_NAME, PER_HOUR = 0b011, 0b101, 0b110
+
+
+def bots(query: Query) -> str:
+    """The filter that leaves bot rows out, or nothing when bots count like everyone."""
+    return " AND is_bot = 0" if query.exclude_bots else ""
+
+
+def _with_edge(plan: Plan, rollup: str, raw: str) -> str:
+    """A rollup's rows for the whole UTC days, and the raw table's for the partial first one."""
+    if plan.edge is None:
+        return rollup
+    return f"{rollup}\n        UNION ALL\n        {raw}"
+
+
+def dashboard_sql(query: Query, plan: Plan | None = None) -> dict[str, str]:
+    """Every dashboard query by name. They are independent and may run concurrently."""
+    plan = plan or decide(query)
+    b = bots(query)
+    out: dict[str, str] = {}
+    # Per session: pageviews, first event, session_end events without a stated duration (see
+    # the runner for the maths). The day rollup's rows are not grouped first: one grouping.
+    session_rows = _with_edge(
+        plan,
+        f"SELECT session_hash, pageviews AS pv, first_at, ends - ends_stated AS unstated "
+        f"FROM {{db}}.sessions_daily WHERE {DAY_RANGE}{b}",
+        "SELECT if(session_id = '', toUInt64(0), sipHash64(session_id)) AS session_hash, "
+        "toUInt64(name = 'pageview') AS pv, occurred_at AS first_at, "
+        "toInt64(name = 'session_end' AND duration_ms IS NULL) AS unstated "
+        f"FROM {{db}}.events WHERE {EDGE}{b}",
+    )
+    out["sessions"] = f"""
+        SELECT countIf(session_hash != 0), countIf(session_hash != 0 AND pv >= 1),
+               countIf(session_hash != 0 AND pv = 1),
+               sumIf(toInt128(unstated) * first_ms, session_hash != 0)
+        FROM (SELECT session_hash, sum(pv) AS pv,
+                     toUnixTimestamp64Milli(min(first_at)) AS first_ms,
+                     sum(unstated) AS unstated
+              FROM ({session_rows}) GROUP BY session_hash)"""
+    # Additive sums: from sessions_daily's per-day projection (ends_daily_bots), plus the edge.
+    out["session_ends"] = f"""
+        SELECT sum(ends), sum(stated_ms), sumIf(toInt128(unstated_at_ms), session_hash != 0)
+        FROM {{db}}.sessions_daily WHERE {DAY_RANGE}{b}"""
+    if plan.edge is not None:
+        out["session_ends_edge"] = f"""
+            SELECT countIf(name = 'session_end'),
+                   sumIf(assumeNotNull(duration_ms),
+                         name = 'session_end' AND duration_ms IS NOT NULL),
+                   sumIf(toInt128(toUnixTimestamp64Milli(occurred_at)),
+                         name = 'session_end' AND duration_ms IS NULL AND session_id != '')
+            FROM {{db}}.events WHERE {EDGE}{b}"""
+    # Distinct visitors per local day (g = 0) and in the window (g = 1), in one scan.
+    out["visitors"] = f"""
+        SELECT grouping(d) AS g, {LOCAL_DAY} AS d, uniqExact(visitor_hash)
+        FROM {{db}}.visitors_quarter WHERE {QUARTERS}{b}
+        GROUP BY GROUPING SETS ((d), ())"""
+    # Timeline per local day, event names, heatmap per local hour: one scan of few rows.
+    out["quarters"] = f"""
+        SELECT grouping(d, name, h) AS g, {LOCAL_DAY} AS d, name, {LOCAL_HOUR} AS h,
+               sum(events) AS c, sumIf(events, name = 'pageview')
+        FROM {{db}}.events_quarter WHERE {QUARTERS}{b}
+        GROUP BY GROUPING SETS ((d), (name), (h))
+        ORDER BY g, c DESC, name ASC LIMIT {MAX_DAYS} BY g"""
+    if query.exclude_bots:
+        out["bots"] = f"""
+            SELECT sum(events) FROM {{db}}.events_quarter WHERE {QUARTERS} AND is_bot = 1"""
+    client_rows = _with_edge(
+        plan,
+        f"SELECT browser, device_type, events FROM {{db}}.clients_daily WHERE {DAY_RANGE}{b}",
+        f"SELECT browser, device_type, toUInt64(1) AS events FROM {{db}}.events WHERE {EDGE}{b}",
+    )
+    out["clients"] = f"""
+        SELECT grouping(browser) AS g, if(g = 0, toString(browser), toString(device_type)) AS key,
+               sum(events) AS c
+        FROM ({client_rows})
+        GROUP BY GROUPING SETS ((browser), (device_type))
+        ORDER BY g, c DESC, key ASC LIMIT {LIST_LIMIT} BY g"""
+    for name, column in (("paths", "path"), ("referrers", "referrer")):
+        rollup = f"{{db}}.{name}_daily WHERE {DAY_RANGE}{b}"
+        if plan.edge is None:  # the shape the UTC dashboard always had
+            out[name] = f"""
+                SELECT {column}, sum(views) AS c FROM {rollup}
+                GROUP BY {column} ORDER BY c DESC, {column} ASC LIMIT {LIST_LIMIT}"""
+            continue
+        rows = _with_edge(
+            plan,
+            f"SELECT {column}, views FROM {rollup}",
+            f"SELECT {column}, toUInt64(1) AS views FROM {{db}}.events "
+            f"WHERE {EDGE}{b} AND name = 'pageview' AND {column} != ''",
+        )
+        out[name] = f"""
+            SELECT {column}, sum(views) AS c FROM ({rows})
+            GROUP BY {column} ORDER BY c DESC, {column} ASC LIMIT {LIST_LIMIT}"""
+    out["recent"] = f"""
+        SELECT toString(event_id), name, path, visitor_id, occurred_at FROM {{db}}.events
+        WHERE {WINDOW}{b}
+        ORDER BY occurred_at DESC LIMIT {RECENT_LIMIT}"""
+    out["live"] = f"""
+        SELECT uniqExact(visitor_id) FROM {{db}}.events
+        WHERE project_id = {{p:String}} AND occurred_at >= {{live:DateTime64(3, 'UTC')}}
+          AND visitor_id != ''{b}"""
+    return out
+
+
+def parameters(query: Query, plan: Plan | None = None) -> dict[str, Any]:
+    plan = plan or decide(query)
+    params: dict[str, Any] = {
+        "p": query.project_id,
+        "t0": plan.start,
+        "tz": query.tz,
+        "d0": plan.first_utc_day,
+        "d1": plan.last_utc_day,
+        "live": query.now - LIVE_WINDOW,
+    }
+    if plan.edge is not None:
+        params["e0"], params["e1"] = plan.edge
+    return params

@@ -1,0 +1,15 @@
+"""The breakdown's runner: executes the query layer's SQL (``tally.query.breakdown``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..query import Query
+from ..query.breakdown import breakdown_parameters, breakdown_sql
+from .client import Storage
+
+
+async def fetch_breakdown(storage: Storage, query: Query) -> list[tuple[Any, ...]]:
+    """(value, visitors, pageviews, events) rows of ``query.dimension``, best first."""
+    sql = breakdown_sql(query).replace("{db}", storage.database)
+    return await storage.aquery(sql, breakdown_parameters(query))

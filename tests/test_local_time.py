@@ -1,0 +1,264 @@
+"""Days in the project's time zone and bots left out: every dashboard number against the
+reference model (tests/reference.py) for zones with DST, 30- and 45-minute offsets, with events on
+both sides of local midnights, of DST changes and of the window's edges.
+
+Rows are stored directly in ``events`` with every column given (is_bot included, which only
+ingestion sets), so the materialized views fire as they do for collected events. The dashboard
+is asked through the query layer with an injected ``now`` (the zone and bot rule are a project's
+settings, which the controller reads); the HTTP route is checked for a UTC project."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import msgspec
+import pytest
+
+from conftest import auth, new_project
+from reference import Sent, dashboard
+from tally.http.views import build_dashboard
+from tally.query import Query, decide
+from tally.storage import dashboard as runner
+from test_dashboard import build_events, fetch, without_ids
+
+COLUMNS = [
+    "project_id",
+    "name",
+    "occurred_at",
+    "received_at",
+    "path",
+    "url",
+    "referrer",
+    "session_id",
+    "visitor_id",
+    "browser",
+    "os",
+    "device_type",
+    "duration_ms",
+    "metadata",
+    "ip",
+    "user_agent",
+    "key_id",
+    "is_bot",
+    "source",
+    "channel",
+    "utm_source",
+    "utm_medium",
+    "utm_campaign",
+    "utm_content",
+    "utm_term",
+    "country",
+]
+
+
+def _duration(event: Sent) -> float | None:
+    given = event.metadata.get("durationMs")
+    if isinstance(given, int | float) and not isinstance(given, bool) and given >= 0:
+        return float(given)
+    return None
+
+
+def store(client, project_id: str, events: list[Sent]) -> None:
+    """INSERT the events into ``events`` as ingestion would store them, every column given."""
+    rows = [
+        [
+            project_id,
+            e.name,
+            e.occurred_at,
+            e.occurred_at,
+            e.path,
+            "",
+            e.referrer,
+            e.session_id,
+            e.visitor_id,
+            e.browser,
+            e.os,
+            e.device_type,
+            _duration(e),
+            json.dumps(e.metadata),
+            "127.0.0.1",
+            "test",
+            "k",
+            int(e.is_bot),
+            e.source,
+            e.channel,
+            e.utm_source,
+            e.utm_medium,
+            e.utm_campaign,
+            e.utm_content,
+            e.utm_term,
+            e.country,
+        ]
+        for e in events
+    ]
+    storage = client.app.state.storage
+    storage.insert(f"{storage.database}.events", list(map(list, zip(*rows, strict=True))), COLUMNS)
+
+
+def answer(client, project_id: str, now: datetime, days: int, tz: str, bots: bool) -> dict:
+    query = Query(project_id, days, now, tz=tz, exclude_bots=bots)
+    rows = asyncio.run(runner.fetch(client.app.state.storage, query))
+    return without_ids(msgspec.to_builtins(build_dashboard(rows, query)))
+
+
+def around(moment: datetime, rng: random.Random, tag: str) -> list[Sent]:
+    """Events a millisecond, a second and a minute either side of ``moment``, in one session
+    that crosses it, some from a bot."""
+    out = []
+    for i, delta in enumerate((-60_000, -1_000, -1, 0, 1, 1_000, 60_000)):
+        out.append(
+            Sent(
+                "pageview" if i % 3 else "signup",
+                moment + timedelta(milliseconds=delta),
+                f"/{tag}/{i}",
+                "https://ref.example/" if i == 0 else "",
+                f"{tag}-s",
+                f"{tag}-v{i % 2}",
+                rng.choice(["Chrome", "Firefox"]),
+                "desktop",
+                is_bot=(i == 5),
+            )
+        )
+    out.append(Sent("session_end", moment + timedelta(minutes=2), "", "", f"{tag}-s", f"{tag}-v0"))
+    return out
+
+
+def zone_events(now: datetime, tz: str, changes: list[datetime], seed: int) -> list[Sent]:
+    """The dashboard suite's mixed traffic, some of it from bots, plus events on both sides of
+    every local midnight of the last 16 days, of each UTC midnight, and of each DST change."""
+    rng = random.Random(seed)
+    events = build_events(now, seed=seed)
+    for e in events:
+        e.is_bot = rng.random() < 0.15
+    zone = ZoneInfo(tz)
+    today = now.astimezone(zone).date()
+    for back in range(16):
+        day = today - timedelta(days=back)
+        local_midnight = datetime(day.year, day.month, day.day, tzinfo=zone).astimezone(UTC)
+        events += around(local_midnight, rng, f"m{back}")
+        utc_midnight = datetime(day.year, day.month, day.day, tzinfo=UTC)
+        events += around(utc_midnight, rng, f"u{back}")
+    for n, change in enumerate(changes):
+        events += around(change, rng, f"dst{n}")
+    cutoff = now - timedelta(seconds=1)
+    used: set[datetime] = set()
+    kept = []
+    for e in sorted(events, key=lambda e: e.occurred_at):
+        if e.occurred_at <= cutoff and e.occurred_at not in used:  # distinct times: "latest 20"
+            used.add(e.occurred_at)
+            kept.append(e)
+    return kept
+
+
+def utc(*args: int) -> datetime:
+    return datetime(*args, tzinfo=UTC)
+
+
+# (zone, now, the zone's DST changes near it, as UTC instants)
+SCENARIOS = [
+    # New York: spring forward 2026-03-08 02:00 EST (07:00 UTC), fall back 2026-11-01 02:00 EDT.
+    ("America/New_York", utc(2026, 3, 10, 15, 7, 3), [utc(2026, 3, 8, 7)]),
+    ("America/New_York", utc(2026, 11, 3, 4, 30), [utc(2026, 11, 1, 6)]),
+    # Berlin: 2026-03-29 01:00 UTC and 2026-10-25 01:00 UTC; now just after local midnight.
+    ("Europe/Berlin", utc(2026, 3, 30, 22, 20), [utc(2026, 3, 29, 1)]),
+    ("Europe/Berlin", utc(2026, 10, 27, 23, 5), [utc(2026, 10, 25, 1)]),
+    # Kathmandu, +5:45 all year.
+    ("Asia/Kathmandu", utc(2026, 6, 15, 18, 30), []),
+    # Lord Howe: +11 -> +10:30 on 2026-04-05 02:00 local (15:00 UTC the 4th), back on 2026-10-04.
+    ("Australia/Lord_Howe", utc(2026, 4, 7, 13, 45), [utc(2026, 4, 4, 15)]),
+    ("Australia/Lord_Howe", utc(2026, 10, 6, 14), [utc(2026, 10, 3, 15, 30)]),
+    # Chatham: +13:45 -> +12:45 on 2026-04-05 03:45 local (14:00 UTC the 4th); +13:45 from
+    # 2026-09-27 02:45 local (14:00 UTC the 26th).
+    ("Pacific/Chatham", utc(2026, 4, 6, 11, 10), [utc(2026, 4, 4, 14)]),
+    ("Pacific/Chatham", utc(2026, 9, 28, 12), [utc(2026, 9, 26, 14)]),
+    # Kolkata, +5:30, and UTC itself.
+    ("Asia/Kolkata", utc(2026, 2, 1, 19), []),
+    ("UTC", utc(2026, 7, 1, 12), []),
+]
+
+
+@pytest.mark.parametrize(("tz", "now", "changes"), SCENARIOS, ids=lambda v: str(v)[:19])
+def test_dashboard_in_the_project_zone_matches_the_reference(client, tz, now, changes):
+    for change in changes:  # the scenario is where it says it is
+        before, after = (change + timedelta(minutes=m) for m in (-1, 1))
+        zone = ZoneInfo(tz)
+        assert before.astimezone(zone).utcoffset() != after.astimezone(zone).utcoffset()
+    project_id, _ = new_project(client)
+    events = zone_events(now, tz, changes, seed=len(tz) + now.day)
+    store(client, project_id, events)
+    assert sum(e.is_bot for e in events) > 10
+    for days in (1, 2, 7, 14, 90):
+        for bots in (True, False):
+            expected = dashboard(events, now, days, tz=tz, exclude_bots=bots)
+            got = answer(client, project_id, now, days, tz, bots)
+            assert got == expected, f"{tz} days={days} exclude_bots={bots}"
+
+
+def test_a_change_of_zone_applies_to_all_history(client):
+    """The same stored events, asked in one zone and then another: each answer is that zone's."""
+    project_id, _ = new_project(client)
+    now = utc(2026, 8, 20, 10)
+    events = zone_events(now, "Asia/Kathmandu", [], seed=5)
+    store(client, project_id, events)
+    for tz in ("Asia/Kathmandu", "America/Los_Angeles", "UTC", "Pacific/Chatham"):
+        assert answer(client, project_id, now, 30, tz, True) == dashboard(events, now, 30, tz)
+
+
+def test_a_25_and_a_23_hour_day_are_one_day_each(client):
+    project_id, _ = new_project(client)
+    now = utc(2026, 11, 3, 12)
+    tz = "America/New_York"
+    # One event per UTC hour over both DST changes' days: 25 on 1 Nov, 24 on the others.
+    events = [Sent("pageview", utc(2026, 10, 30) + timedelta(hours=h), "/h") for h in range(100)]
+    store(client, project_id, events)
+    got = answer(client, project_id, now, 5, tz, True)
+    assert got == dashboard(events, now, 5, tz)
+    by_day = {p["day"]: p["events"] for p in got["timeline"]}
+    assert by_day["2026-11-01"] == 25 and by_day["2026-10-31"] == 24
+
+
+def test_only_zones_off_utc_midnight_read_the_raw_edge():
+    now = utc(2026, 6, 1, 12)
+    assert decide(Query("p" * 24, 7, now)).edge is None
+    assert decide(Query("p" * 24, 7, now, tz="Europe/London")).edge is not None
+    kathmandu = decide(Query("p" * 24, 7, now, tz="Asia/Kathmandu"))
+    assert kathmandu.edge == (utc(2026, 5, 25, 18, 15), utc(2026, 5, 26))
+    with pytest.raises(ValueError, match="unknown time zone"):
+        Query("p" * 24, 7, now, tz="Mars/Olympus")
+
+
+def test_bots_are_left_out_of_the_served_dashboard(client):
+    """Over HTTP (a UTC project leaves bots out): bot events count nowhere, and botEvents says
+    how many of the window's were left out."""
+    project_id, _ = new_project(client)
+    now = datetime.now(UTC)
+    start = now - timedelta(hours=1)
+    events: list[Sent] = []
+    for i in range(30):
+        bot = i % 3 == 0
+        events.append(
+            Sent(
+                "pageview",
+                start + timedelta(seconds=i),
+                "/crawl" if bot else f"/p{i % 4}",
+                "",
+                f"s{i % 7}" if not bot else f"bot-s{i}",
+                f"v{i % 5}" if not bot else "googlebot",
+                "Googlebot" if bot else "Chrome",
+                "bot" if bot else "desktop",
+                is_bot=bot,
+            )
+        )
+    store(client, project_id, events)
+    for days in (1, 7):
+        got: dict[str, Any] = without_ids(fetch(client, project_id, days))
+        assert got == dashboard(events, now, days)
+        assert got["summary"]["botEvents"] == 10
+        assert "Googlebot" not in json.dumps(got)
+    response = client.get(f"/api/dashboard?projectId={project_id}", headers=auth("mallory"))
+    assert response.status_code == 404
