@@ -671,6 +671,8 @@ def test_delete_needs_a_project_id(client, user, query):
 # service finds.
 PROJECT_TABLES = {
     "events",
+    "events_quarter",
+    "visitors_quarter",
     "events_daily",
     "events_hourly",
     "paths_daily",

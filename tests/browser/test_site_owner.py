@@ -123,11 +123,33 @@ def site() -> Iterator[Site]:
     s.server.shutdown()
 
 
+class AsVisitor:
+    """The browser, its pages presenting themselves as the desktop Chrome they are.
+
+    Headless Chromium announces itself as ``HeadlessChrome``, which Tally rightly flags as a bot
+    and leaves out of the numbers (tests/test_dimensions.py); these tests play people visiting a
+    site, so their pages send the user agent of a person's Chrome of the same version."""
+
+    def __init__(self, browser: Any) -> None:
+        self._browser = browser
+        self.user_agent = (
+            "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
+            f"Chrome/{browser.version} Safari/537.36"
+        )
+
+    def new_context(self, **options: Any) -> Any:
+        options.setdefault("user_agent", self.user_agent)
+        return self._browser.new_context(**options)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._browser, name)
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     with playwright_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield b
+        yield AsVisitor(b)
         b.close()
 
 
