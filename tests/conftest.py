@@ -38,6 +38,28 @@ if CLUSTER_SHAPE:
     run_cluster_commands_on_one_node()
 
 
+# The columns of ``events`` that Tally wrote before schema 005: old segments and rows in the
+# upgrade tests.
+COLUMNS_BEFORE_005 = (
+    "project_id",
+    "name",
+    "occurred_at",
+    "received_at",
+    "path",
+    "url",
+    "referrer",
+    "session_id",
+    "visitor_id",
+    "browser",
+    "os",
+    "device_type",
+    "duration_ms",
+    "metadata",
+    "ip",
+    "user_agent",
+    "key_id",
+)
+
 # Known at import, so that modules can build apps at collection time (schemathesis needs one).
 CHDB_PATH = Path(tempfile.mkdtemp(prefix="tally-test-chdb-"))
 

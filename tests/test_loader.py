@@ -11,31 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
-from conftest import auth, new_project, stored
+from conftest import COLUMNS_BEFORE_005, auth, new_project, stored
 from tally.storage.client import Storage, parse_url
 from tally.storage.ingestlog import pending_since, write_segment
 from tally.storage.writer import EVENT_COLUMNS
-
-# The columns of ``events`` that Tally wrote before schema 005 (a segment of that Tally).
-COLUMNS_BEFORE_005 = (
-    "project_id",
-    "name",
-    "occurred_at",
-    "received_at",
-    "path",
-    "url",
-    "referrer",
-    "session_id",
-    "visitor_id",
-    "browser",
-    "os",
-    "device_type",
-    "duration_ms",
-    "metadata",
-    "ip",
-    "user_agent",
-    "key_id",
-)
 
 
 def old_row(project_id: str, at: float, path: str, session: str) -> tuple:

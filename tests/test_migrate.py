@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 
+from conftest import COLUMNS_BEFORE_005
 from tally.storage.client import Storage, parse_url
 from tally.storage.migrate import load_migrations, migrate, migrations_table, schema_dir
 
@@ -235,28 +236,6 @@ def test_retention_in_cluster_mode_alters_the_local_tables():
     )
 
 
-# The columns of ``events`` that Tally wrote before schema 005 added the dimensions.
-PRE_005_COLUMNS = (
-    "project_id",
-    "name",
-    "occurred_at",
-    "received_at",
-    "path",
-    "url",
-    "referrer",
-    "session_id",
-    "visitor_id",
-    "browser",
-    "os",
-    "device_type",
-    "duration_ms",
-    "metadata",
-    "ip",
-    "user_agent",
-    "key_id",
-)
-
-
 def test_upgrade_to_the_session_ends_projection_keeps_answers_exact(chdb_path):
     """A database written under schema 001-003 gets the session_end projection (004, split by bot
     flag as ends_daily_bots in 007): parts from before the upgrade lack it and are read from the
@@ -295,7 +274,7 @@ def test_upgrade_to_the_session_ends_projection_keeps_answers_exact(chdb_path):
             """Rows in the columns of schema 001-003 (EVENT_COLUMNS grew with schema 005)."""
             storage.raw_insert(
                 f"{db}.events",
-                PRE_005_COLUMNS,
+                COLUMNS_BEFORE_005,
                 msgspec.json.Encoder().encode_lines(rows),
                 fmt="JSONCompactEachRow",
                 settings={**INSERT_SETTINGS, "insert_deduplication_token": token},
