@@ -15,6 +15,7 @@ from msgspec import Struct, field
 from ..domain.filters import Filter, parse_filters
 from ..domain.metrics import MAX_DAYS
 from ..domain.ranges import (
+    DEFAULT_DAYS,
     Compare,
     DateRange,
     comparison_range,
@@ -28,20 +29,28 @@ from . import schemas as s
 OptionalDaysParam = Annotated[
     int | None,
     QueryParameter(
+        ge=1,
+        le=MAX_DAYS,
+        schema_extra={"default": DEFAULT_DAYS},
         description=f"lookback window in calendar days of the project's time zone, 1 to "
-        f"{MAX_DAYS} (default 14); not with from/to"
+        f"{MAX_DAYS} (default 14); not with from/to",
     ),
 ]
+DATE_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
 FromParam = Annotated[
     str | None,
     QueryParameter(
         name="from",
+        pattern=DATE_PATTERN,
         description="first local date of the range (YYYY-MM-DD, the project's zone), with to; "
         "at most 366 days, inclusive",
     ),
 ]
 ToParam = Annotated[
-    str | None, QueryParameter(description="last local date of the range (YYYY-MM-DD), with from")
+    str | None,
+    QueryParameter(
+        pattern=DATE_PATTERN, description="last local date of the range (YYYY-MM-DD), with from"
+    ),
 ]
 FiltersParam = Annotated[
     str | None,
@@ -51,7 +60,7 @@ FiltersParam = Annotated[
     ),
 ]
 CompareParam = Annotated[
-    str | None,
+    Compare | None,
     QueryParameter(
         name="compare",
         description="previous_period or previous_year: adds comparison with the other range",

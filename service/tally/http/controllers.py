@@ -262,9 +262,17 @@ async def dashboard(
 ) -> compare.ComparedDashboard:
     user = _user(request)
     against = compare.check_compare(compare_)
-    args = {"days": days, "from_": from_, "to": to, "filters": filters}
     tz, exclude_bots = await _project_settings(state, user, project_id)
-    query = compare.make_query(project_id, utcnow(), tz=tz, exclude_bots=exclude_bots, **args)
+    query = compare.make_query(
+        project_id,
+        utcnow(),
+        tz=tz,
+        exclude_bots=exclude_bots,
+        days=days,
+        from_=from_,
+        to=to,
+        filters=filters,
+    )
     # Taken before the queries: whatever it promises is loaded by the time they read.
     through = datetime.fromtimestamp(state.ingest.data_through_ms() / 1000, UTC)
     rows = await dashboard_queries.fetch(state.storage, query)
