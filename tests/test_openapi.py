@@ -72,7 +72,7 @@ def _query_parses(query: dict) -> bool:
     try:
         parse_range(None if days is None else int(days), query.get("from"), query.get("to"))
         parse_filters(query.get("filters"))
-    except (InvalidQuery, ValueError):
+    except (InvalidQuery, ValueError, TypeError):  # TypeError: a repeated parameter
         return False
     return True
 
