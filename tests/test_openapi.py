@@ -94,9 +94,13 @@ def test_api_conforms_to_its_document(case, server):
     # test_projects cover missing credentials). Litestar answers OPTIONS on a path served by
     # several handlers with an Allow header naming only one of them: a framework quirk on a
     # method Tally does not document.
-    case.call_and_validate(
-        base_url=url, headers=headers, excluded_checks=[ignored_auth, allow_header_conformance]
-    )
+    excluded = [ignored_auth, allow_header_conformance]
+    if case.path == "/api/v2/query":
+        # Its body (Plausible's v2 shape: metric names, ranges, filters) is validated by
+        # domain/stats_v2.py, which no schema can express; tests/test_filters_wired.py sends
+        # valid ones. Every other check (no 5xx, answers as documented) still holds.
+        excluded.append(positive_data_acceptance)
+    case.call_and_validate(base_url=url, headers=headers, excluded_checks=excluded)
 
 
 @schema.parametrize()
