@@ -23,6 +23,9 @@ from conftest import JWT_SECRET, token
 from served import Server
 from tally.app import create_app
 from tally.config import Settings
+from tally.domain.filters import parse_filters
+from tally.domain.query_errors import InvalidQuery
+from tally.domain.ranges import parse_range
 from tally.http.schemas import ISO_DATETIME
 
 # Building the app touches no storage: the document is what `tally serve` publishes.
@@ -64,6 +67,16 @@ def _real_date(event: object) -> bool:
     return True
 
 
+def _query_parses(query: dict) -> bool:
+    days = query.get("days")
+    try:
+        parse_range(None if days is None else int(days), query.get("from"), query.get("to"))
+        parse_filters(query.get("filters"))
+    except (InvalidQuery, ValueError, TypeError):  # TypeError: a repeated parameter
+        return False
+    return True
+
+
 @schema.parametrize()
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 def test_api_conforms_to_its_document(case, server):
@@ -73,14 +86,21 @@ def test_api_conforms_to_its_document(case, server):
     # An export's range must not end before it starts, which a schema cannot say.
     query = case.query or {}
     assume(not (case.path == "/api/export" and str(query.get("to")) < str(query.get("from"))))
+    # Filters are JSON text and from/to go together, up to 366 days: what a schema cannot say.
+    if case.path in ("/api/dashboard", "/api/breakdown"):
+        assume(_query_parses(query))
     headers = {"authorization": f"Bearer {token('fuzz')}", "x-api-key": key}
     # Credentials are injected, so the "works without auth" check does not apply (test_auth and
     # test_projects cover missing credentials). Litestar answers OPTIONS on a path served by
     # several handlers with an Allow header naming only one of them: a framework quirk on a
     # method Tally does not document.
-    case.call_and_validate(
-        base_url=url, headers=headers, excluded_checks=[ignored_auth, allow_header_conformance]
-    )
+    excluded = [ignored_auth, allow_header_conformance]
+    if case.path == "/api/v2/query":
+        # Its body (Plausible's v2 shape: metric names, ranges, filters) is validated by
+        # domain/stats_v2.py, which no schema can express; tests/test_filters_wired.py sends
+        # valid ones. Every other check (no 5xx, answers as documented) still holds.
+        excluded.append(positive_data_acceptance)
+    case.call_and_validate(base_url=url, headers=headers, excluded_checks=excluded)
 
 
 @schema.parametrize()

@@ -39,6 +39,7 @@ from .http.query import strict_query
 from .http.ratelimit import RateLimits
 from .http.schemas import CLOSED_BODIES
 from .http.timeouts import body_deadline
+from .http.v2 import v2_query
 from .storage.client import Storage, parse_url
 from .storage.ingestlog import IngestLog
 from .storage.keys import KeyRegistry
@@ -197,6 +198,7 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
             collect,
             dashboard,
             breakdown,
+            v2_query,
             health,
             *EXPORT_HANDLERS,
             *PAGE_HANDLERS,

@@ -9,13 +9,25 @@ from litestar.datastructures import State
 from litestar.params import QueryParameter
 from msgspec import Struct
 
+from ..domain.filters import DIMENSIONS, Filter
 from ..domain.ids import utcnow
-from ..query import Query
+from ..domain.ranges import relative_change
 from ..query.breakdown import MAX_LIMIT, By
 from ..storage.breakdown import fetch_breakdown
 from .auth import session_guard
+from .compare import (
+    CompareParam,
+    FiltersParam,
+    FromParam,
+    OptionalDaysParam,
+    RowChange,
+    RowComparison,
+    ToParam,
+    check_compare,
+    earlier_query,
+    make_query,
+)
 from .controllers import (
-    DaysParam,
     ProjectIdParam,
     _errors,
     _project_settings,
@@ -26,11 +38,12 @@ ByParam = Annotated[By, QueryParameter(description="the dimension to break the w
 LimitParam = Annotated[int, QueryParameter(ge=1, le=MAX_LIMIT, description="rows, 1 to 1000")]
 
 
-class BreakdownRow(Struct):
+class BreakdownRow(Struct, omit_defaults=True):
     value: str
     visitors: int
     pageviews: int
     events: int
+    comparison: RowComparison | None = None  # only with compare
 
 
 class Breakdown(Struct):
@@ -47,23 +60,60 @@ class Breakdown(Struct):
     summary="A project's window broken down by one dimension",
     description="Rows by visitors, then pageviews, descending, then value ascending. Session "
     "dimensions (source, channel, utm*, entryPage, exitPage) count every event of a session "
-    "under its session's first (or, for exitPage, last) value in the window.",
+    "under its session's first (or, for exitPage, last) value in the window. Takes the "
+    "dashboard's days or from/to, filters and compare (each row then gains comparison: its "
+    "metrics in the other range and their change).",
 )
 async def breakdown(
     request: Request[Any, Any, Any],
     state: State,
     project_id: ProjectIdParam,
     by: ByParam,
-    days: DaysParam = 14,
+    days: OptionalDaysParam = None,
     limit: LimitParam = 10,
+    from_: FromParam = None,
+    to: ToParam = None,
+    filters: FiltersParam = None,
+    compare_: CompareParam = None,
 ) -> Breakdown:
     user = _user(request)
+    against = check_compare(compare_)
     tz, exclude_bots = await _project_settings(state, user, project_id)
-    query = Query(
-        project_id, days, utcnow(), tz=tz, exclude_bots=exclude_bots, dimension=by, limit=limit
+    query = make_query(
+        project_id,
+        utcnow(),
+        tz=tz,
+        exclude_bots=exclude_bots,
+        days=days,
+        from_=from_,
+        to=to,
+        filters=filters,
+        dimension=by,
+        limit=limit,
     )
-    rows = await fetch_breakdown(state.storage, query)
-    return Breakdown(
-        by=by,
-        rows=[BreakdownRow(str(v), int(u), int(p), int(e)) for v, u, p, e in rows],
-    )
+    rows = [
+        BreakdownRow(str(v), int(u), int(p), int(e))
+        for v, u, p, e in await fetch_breakdown(state.storage, query)
+    ]
+    if against is not None and rows:
+        # The same rows in the other range: the query's filters and "by is one of these values"
+        # (for a session dimension, the sessions with that value; exact either way).
+        only = Filter("is", DIMENSIONS[by], tuple(r.value for r in rows))
+        other = earlier_query(query, against, only)
+        before = {
+            str(v): (int(u), int(p), int(e))
+            for v, u, p, e in await fetch_breakdown(state.storage, other)
+        }
+        for row in rows:
+            u, p, e = before.get(row.value, (0, 0, 0))
+            row.comparison = RowComparison(
+                u,
+                p,
+                e,
+                RowChange(
+                    relative_change(row.visitors, u),
+                    relative_change(row.pageviews, p),
+                    relative_change(row.events, e),
+                ),
+            )
+    return Breakdown(by=by, rows=rows)

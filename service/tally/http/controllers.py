@@ -19,9 +19,9 @@ from ..domain import events as event_rules
 from ..domain.ids import OBJECT_ID_PATTERN, iso, key_preview, utcnow
 from ..domain.metrics import MAX_DAYS
 from ..domain.projects import DEFAULT_TIMEZONE
-from ..query import Query
 from ..storage import dashboard as dashboard_queries
 from ..storage.projects import UNTITLED_LABEL, ProjectStore
+from . import compare
 from . import schemas as s
 from .auth import api_key_guard, session_guard
 from .decoding import StructDTO
@@ -245,19 +245,46 @@ class ProjectController(Controller):
     tags=["dashboard"],
     security=[{"session": []}],
     summary="Aggregated analytics of a project",
+    description="The window is days (default 14) or from/to (local dates, inclusive, at most "
+    "366 days). filters (JSON array of [operator, dimension, [values...]]) narrows every number "
+    "but liveVisitors; compare=previous_period|previous_year adds comparison. README: 'Filters, "
+    "ranges and comparison'.",
 )
 async def dashboard(
-    request: Request[Any, Any, Any], state: State, project_id: ProjectIdParam, days: DaysParam = 14
-) -> s.Dashboard:
+    request: Request[Any, Any, Any],
+    state: State,
+    project_id: ProjectIdParam,
+    days: compare.OptionalDaysParam = None,
+    from_: compare.FromParam = None,
+    to: compare.ToParam = None,
+    filters: compare.FiltersParam = None,
+    compare_: compare.CompareParam = None,
+) -> compare.ComparedDashboard:
     user = _user(request)
+    against = compare.check_compare(compare_)
     tz, exclude_bots = await _project_settings(state, user, project_id)
-    query = Query(project_id, days, utcnow(), tz=tz, exclude_bots=exclude_bots)
+    query = compare.make_query(
+        project_id,
+        utcnow(),
+        tz=tz,
+        exclude_bots=exclude_bots,
+        days=days,
+        from_=from_,
+        to=to,
+        filters=filters,
+    )
     # Taken before the queries: whatever it promises is loaded by the time they read.
     through = datetime.fromtimestamp(state.ingest.data_through_ms() / 1000, UTC)
     rows = await dashboard_queries.fetch(state.storage, query)
     result = build_dashboard(rows, query)
     result.data_through = iso(through)
-    return result
+    earlier = earlier_query = None
+    if against is not None:
+        earlier_query = compare.earlier_query(query, against)
+        earlier = build_dashboard(
+            await dashboard_queries.fetch(state.storage, earlier_query), earlier_query
+        )
+    return compare.compared_dashboard(result, earlier, earlier_query)
 
 
 COLLECT_EXAMPLE = Example(

@@ -7,6 +7,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from ..domain.filters import Filters
 from ..domain.metrics import LIST_LIMIT
 
 QUARTER = timedelta(minutes=15)  # every UTC offset in use is a multiple of it
@@ -41,6 +42,11 @@ class Query:
     exclude_bots: bool = True
     dimension: str | None = None
     limit: int = LIST_LIMIT
+    # Issue 17: filters (domain/filters.py) and an explicit range of local dates (from/to; then
+    # ``days`` is its length). Either sends the query to the raw table (query/filtered.py).
+    filters: Filters = ()
+    first: date | None = None
+    last: date | None = None
 
     def __post_init__(self) -> None:
         resolve_zone(self.tz)  # an unknown zone fails here, at the edge
@@ -58,7 +64,23 @@ class Query:
 
     @property
     def first_day(self) -> date:
+        if self.first is not None:
+            return self.first
         return self.today - timedelta(days=self.days - 1)
+
+    @property
+    def last_day(self) -> date:
+        return self.last if self.last is not None else self.today
+
+    @property
+    def end(self) -> datetime:
+        """The window's end (exclusive), UTC: local midnight after its last day."""
+        return local_midnight(self.last_day + timedelta(days=1), self.zone)
+
+    @property
+    def raw(self) -> bool:
+        """Filters or an explicit range: answered from the raw ``events`` table, exactly."""
+        return bool(self.filters) or self.first is not None
 
     @property
     def start(self) -> datetime:
@@ -67,4 +89,5 @@ class Query:
 
     def day_list(self) -> list[date]:
         """The window's local days, oldest first."""
-        return [self.first_day + timedelta(days=i) for i in range(self.days)]
+        first = self.first_day
+        return [first + timedelta(days=i) for i in range((self.last_day - first).days + 1)]

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..query import Query
+from ..query import Query, filtered
 from ..query.breakdown import breakdown_parameters, breakdown_sql
 from .client import Storage
 
 
 async def fetch_breakdown(storage: Storage, query: Query) -> list[tuple[Any, ...]]:
     """(value, visitors, pageviews, events) rows of ``query.dimension``, best first."""
+    if query.raw:
+        sql = filtered.breakdown_sql(query).replace("{db}", storage.database)
+        return await storage.aquery(sql, filtered.parameters(query))
     sql = breakdown_sql(query).replace("{db}", storage.database)
     return await storage.aquery(sql, breakdown_parameters(query))

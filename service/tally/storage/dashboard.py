@@ -12,7 +12,7 @@ from datetime import date
 from typing import Any
 
 from ..domain.metrics import LIST_LIMIT
-from ..query import Query, decide
+from ..query import Query, decide, filtered
 from ..query.sql import PER_DAY, PER_HOUR, PER_NAME, dashboard_sql, parameters
 from .client import Storage
 
@@ -49,6 +49,8 @@ def rendered(query: Query, database: str) -> dict[str, str]:
 
 async def fetch(storage: Storage, query: Query) -> DashboardRows:
     """Run every dashboard query of ``query`` concurrently and assemble their rows."""
+    if query.raw:
+        return await fetch_raw(storage, query)
     plan = decide(query)
     params = parameters(query, plan)
     queries = {
@@ -88,5 +90,33 @@ def assemble(results: dict[str, Rows]) -> DashboardRows:
         recent=results["recent"],
         live=results["live"],
         day_visitors={d: int(count) for g, d, count in visitors if g == 0},
+        bots=int(bots[0][0] or 0) if bots else 0,
+    )
+
+
+async def fetch_raw(storage: Storage, query: Query) -> DashboardRows:
+    """The raw path (filters or a from/to range): ``tally.query.filtered``'s queries."""
+    params = filtered.parameters(query)
+    queries = {
+        name: sql.replace("{db}", storage.database)
+        for name, sql in filtered.dashboard_sql(query).items()
+    }
+    results = await asyncio.gather(*(storage.aquery(sql, params) for sql in queries.values()))
+    r = dict(zip(queries, results, strict=True))
+    sessions, with_pageviews, bounced, ends, duration = r["sessions"][0]
+    bots = r.get("bots")
+    return DashboardRows(
+        timeline=[(d, c, pv) for d, c, pv, _ in r["days"]],
+        names=r["names"],
+        hours=r["hours"],
+        paths=r["paths"],
+        referrers=r["referrers"],
+        browsers=r["browsers"],
+        devices=r["devices"],
+        visitors=r["visitors"],
+        sessions=[(sessions, with_pageviews, bounced, ends, float(duration or 0))],
+        recent=r["recent"],
+        live=r["live"],
+        day_visitors={d: int(v) for d, _, _, v in r["days"]},
         bots=int(bots[0][0] or 0) if bots else 0,
     )

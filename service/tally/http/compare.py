@@ -1,0 +1,193 @@
+"""Issue 17 at the edge: the query parameters ``filters``, ``from``/``to`` and ``compare`` of
+``GET /api/dashboard`` and ``GET /api/breakdown`` made into a :class:`~tally.query.Query` (the
+domain parsers raise ``InvalidQuery``: 400 naming the part), and the additive ``comparison``
+fields. No SQL here."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+from typing import Annotated, Any
+
+from litestar.params import QueryParameter
+from msgspec import Struct, field
+
+from ..domain.filters import Filter, parse_filters
+from ..domain.metrics import MAX_DAYS
+from ..domain.ranges import (
+    DEFAULT_DAYS,
+    Compare,
+    DateRange,
+    comparison_range,
+    parse_compare,
+    parse_range,
+    relative_change,
+)
+from ..query import Query
+from . import schemas as s
+
+OptionalDaysParam = Annotated[
+    int | None,
+    QueryParameter(
+        ge=1,
+        le=MAX_DAYS,
+        schema_extra={"default": DEFAULT_DAYS},
+        description=f"lookback window in calendar days of the project's time zone, 1 to "
+        f"{MAX_DAYS} (default 14); not with from/to",
+    ),
+]
+DATE_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
+FromParam = Annotated[
+    str | None,
+    QueryParameter(
+        name="from",
+        pattern=DATE_PATTERN,
+        description="first local date of the range (YYYY-MM-DD, the project's zone), with to; "
+        "at most 366 days, inclusive",
+    ),
+]
+ToParam = Annotated[
+    str | None,
+    QueryParameter(
+        pattern=DATE_PATTERN, description="last local date of the range (YYYY-MM-DD), with from"
+    ),
+]
+FiltersParam = Annotated[
+    str | None,
+    QueryParameter(
+        description='JSON array of [operator, dimension, [values...]], e.g. [["is","country",'
+        '["DE"]]]; operators is, is_not, contains, contains_not; at most 20 (README "Filters")'
+    ),
+]
+CompareParam = Annotated[
+    Compare | None,
+    QueryParameter(
+        name="compare",
+        description="previous_period or previous_year: adds comparison with the other range",
+    ),
+]
+
+
+def make_query(
+    project_id: str,
+    now: datetime,
+    *,
+    tz: str,
+    exclude_bots: bool,
+    days: int | None,
+    from_: str | None,
+    to: str | None,
+    filters: str | None,
+    **extra: Any,
+) -> Query:
+    spec = parse_range(days, from_, to)
+    parsed = parse_filters(filters)
+    if spec.first is not None and spec.last is not None:
+        return Query(
+            project_id,
+            (spec.last - spec.first).days + 1,
+            now,
+            tz=tz,
+            exclude_bots=exclude_bots,
+            filters=parsed,
+            first=spec.first,
+            last=spec.last,
+            **extra,
+        )
+    return Query(
+        project_id, spec.days or 14, now, tz=tz, exclude_bots=exclude_bots, filters=parsed, **extra
+    )
+
+
+def check_compare(value: str | None) -> Compare | None:
+    return parse_compare(value)
+
+
+def earlier_query(query: Query, compare: Compare, *filters: Filter) -> Query:
+    """The same question over the range ``compare`` says (raw path: an explicit range)."""
+    current = DateRange.of(query.first_day, query.last_day, query.zone)
+    other = comparison_range(current, compare, query.zone).range
+    return replace(
+        query,
+        days=other.days,
+        first=other.first_day,
+        last=other.last_day,
+        filters=query.filters + filters,
+    )
+
+
+# --- the additive response fields (absent unless compare is given) -----------------------------
+class SummaryChange(Struct, rename="camel"):
+    """Each summary field's relative change in percent (1 decimal); null when before was 0."""
+
+    total_events: float | None
+    pageviews: float | None
+    unique_visitors: float | None
+    unique_sessions: float | None
+    avg_session_duration_ms: float | None
+    bounce_rate: float | None
+    bot_events: float | None
+
+
+class DashboardComparison(Struct):
+    """The other range (local dates, inclusive), its summary and timeline, and the change."""
+
+    from_: str = field(name="from")
+    to: str
+    summary: s.Summary
+    timeline: list[s.DayPoint]
+    change: SummaryChange
+
+
+class RowChange(Struct):
+    visitors: float | None
+    pageviews: float | None
+    events: float | None
+
+
+class RowComparison(Struct):
+    """A breakdown row's metrics in the other range (0 when absent there) and their change."""
+
+    visitors: int
+    pageviews: int
+    events: int
+    change: RowChange
+
+
+class ComparedDashboard(s.Dashboard, omit_defaults=True):
+    comparison: DashboardComparison | None = None
+
+
+FIELDS = (
+    "total_events",
+    "pageviews",
+    "unique_visitors",
+    "unique_sessions",
+    "avg_session_duration_ms",
+    "bounce_rate",
+    "bot_events",
+)
+
+
+def compared_dashboard(
+    current: s.Dashboard, earlier: s.Dashboard | None, query: Query | None
+) -> ComparedDashboard:
+    out = ComparedDashboard(
+        **{name: getattr(current, name) for name in s.Dashboard.__struct_fields__}
+    )
+    if earlier is None or query is None:
+        return out
+    change = SummaryChange(
+        **{
+            f: relative_change(getattr(current.summary, f), getattr(earlier.summary, f))
+            for f in FIELDS
+        }
+    )
+    out.comparison = DashboardComparison(
+        from_=query.first_day.isoformat(),
+        to=query.last_day.isoformat(),
+        summary=earlier.summary,
+        timeline=earlier.timeline,
+        change=change,
+    )
+    return out

@@ -1,0 +1,69 @@
+"""``POST /api/v2/query``: Plausible's Stats API v2 shape over Tally's numbers
+(domain/stats_v2.py parses; storage/v2.py reads). No SQL here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from litestar import Request, post
+from litestar.datastructures import State
+from litestar.status_codes import HTTP_200_OK
+
+from ..domain.ids import utcnow
+from ..domain.stats_v2 import V2Meta, V2Response, V2Row, echo, parse_query
+from ..query import Query
+from ..storage.v2 import fetch_v2
+from .auth import session_guard
+from .controllers import _errors, _project_settings, _user
+
+
+def _by(name: str, dimensions: tuple[str, ...]) -> Callable[[tuple[list[str], dict]], Any]:
+    """A sort key: a dimension's value in byte order, or a metric's value."""
+    if name in dimensions:
+        i = dimensions.index(name)
+        return lambda row: row[0][i].encode("utf-8")
+    return lambda row: row[1][name]
+
+
+@post(
+    "/api/v2/query",
+    status_code=HTTP_200_OK,
+    guards=[session_guard],
+    responses=_errors(400, 401, 404, 429, 503),
+    tags=["dashboard"],
+    security=[{"session": []}],
+    summary="Query a project's numbers in the shape of Plausible's Stats API v2",
+    description="Body: site_id (projectId), metrics, date_range, dimensions, filters, order_by, "
+    "pagination. A documented subset (README 'A query API for scripts'); anything else is 400 "
+    "Invalid payload naming it.",
+)
+async def v2_query(request: Request[Any, Any, Any], state: State) -> V2Response:
+    user = _user(request)
+    v2 = parse_query(await request.body())
+    tz, exclude_bots = await _project_settings(state, user, v2.project_id)
+    now = utcnow()
+    query = Query(v2.project_id, 1, now, tz=tz, exclude_bots=exclude_bots)
+    resolved = v2.resolve_range(query.zone, now)
+    query = Query(
+        v2.project_id,
+        resolved.days,
+        now,
+        tz=tz,
+        exclude_bots=exclude_bots,
+        filters=v2.filters,
+        first=resolved.first_day,
+        last=resolved.last_day,
+    )
+    groups = await fetch_v2(state.storage, query, v2.dimensions)
+    rows: list[tuple[list[str], dict[str, Any]]] = [
+        (list(key), values) for key, values in groups.items()
+    ]
+    for name, direction in reversed(v2.order_by):  # stable sorts, last key first
+        rows.sort(key=_by(name, v2.dimensions), reverse=direction == "desc")
+    page = rows[v2.offset : v2.offset + v2.limit]
+    return V2Response(
+        results=[V2Row(dims, [values[m] for m in v2.metrics]) for dims, values in page],
+        meta=V2Meta(timezone=tz),
+        query=echo(v2, resolved, query.zone),
+    )

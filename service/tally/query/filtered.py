@@ -1,0 +1,161 @@
+"""SQL of the raw path (issue 17): the dashboard and breakdowns under filters, or over an explicit
+``from``/``to`` range, read from the raw ``events`` table (a narrow read on
+``(project_id, occurred_at)``), exactly as the README section "Filters, ranges and comparison" and
+tests/reference_filters.py define:
+
+- *base*: the window's events, bots left out when the project says so. A session is the events of
+  one non-empty ``session_id``; an event without one is a session of its own (``skey``).
+- Session filters keep the sessions whose value (first event's, first or last pageview's path, in
+  the window) matches: a semi-join on ``skey``. Event filters then keep the matching events of
+  those sessions: *kept*.
+- Every event number reads *kept*; session metrics read every event of base of the sessions
+  with a kept event (*kept sessions*, whole).
+
+Filter values reach SQL only as ``Array(String)`` server-side parameters (``f0``, ``f1``, ...);
+the SQL text varies only with the filters' operators and dimensions, which come from code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..domain.filters import DIMENSIONS, Filter, event_filters, session_filters
+from ..domain.metrics import LIST_LIMIT, LIVE_WINDOW, RECENT_LIMIT
+from .model import Query
+from .sql import bots
+
+RANGE = (
+    "project_id = {p:String} AND occurred_at >= {t0:DateTime64(3, 'UTC')}"
+    " AND occurred_at < {t1:DateTime64(3, 'UTC')}"
+)
+SKEY = "if(session_id = '', concat('e', toString(event_id)), concat('s', session_id))"
+SESSION_VALUE = {
+    "first_event": "argMin(toString({c}), occurred_at)",
+    "first_pageview": "argMinIf(toString({c}), occurred_at, name = 'pageview')",
+    "last_pageview": "argMaxIf(toString({c}), occurred_at, name = 'pageview')",
+}
+ORDER = "ORDER BY visitors DESC, pageviews DESC, value ASC LIMIT {limit:UInt32}"
+LOCAL = "toTimeZone(occurred_at, {tz:String})"
+
+
+def session_value(f_column: str, pick: str) -> str:
+    return SESSION_VALUE[pick].format(c=f_column)
+
+
+def _match(expr: str, flt: Filter, param: str) -> str:
+    values = f"{{{param}:Array(String)}}"
+    if flt.substring:
+        hit = f"arrayExists(v -> position(lowerUTF8({expr}), lowerUTF8(v)) > 0, {values})"
+    else:
+        hit = f"has({values}, {expr})"
+    return f"NOT {hit}" if flt.negated else hit
+
+
+def base_sql(query: Query) -> str:
+    return f"SELECT *, {SKEY} AS skey FROM {{db}}.events WHERE {RANGE}{bots(query)}"
+
+
+def kept_sql(query: Query) -> str:
+    """The kept events (all columns and ``skey``)."""
+    names = {id(f): f"f{i}" for i, f in enumerate(query.filters)}
+    conditions = []
+    by_session = session_filters(query.filters)
+    if by_session:
+        values = ", ".join(
+            f"{session_value(f.dimension.column, f.dimension.session_value or 'first_event')}"
+            f" AS v{j}"
+            for j, f in enumerate(by_session)
+        )
+        matched = " AND ".join(_match(f"v{j}", f, names[id(f)]) for j, f in enumerate(by_session))
+        conditions.append(
+            f"skey IN (SELECT skey FROM (SELECT skey, {values} FROM ({base_sql(query)}) "
+            f"GROUP BY skey) WHERE {matched})"
+        )
+    for f in event_filters(query.filters):
+        conditions.append(_match(f"toString({f.dimension.column})", f, names[id(f)]))
+    where = " AND ".join(conditions) or "1"
+    return f"SELECT * FROM ({base_sql(query)}) WHERE {where}"
+
+
+def dashboard_sql(query: Query) -> dict[str, str]:
+    """Every dashboard query of the raw path by name; independent, may run concurrently."""
+    kept = f"({kept_sql(query)})"
+    out: dict[str, str] = {}
+    out["days"] = f"""
+        SELECT toDate({LOCAL}) AS d, count(), countIf(name = 'pageview'),
+               uniqExactIf(visitor_id, visitor_id != '')
+        FROM {kept} GROUP BY d"""
+    out["hours"] = f"SELECT toHour({LOCAL}) AS h, count() FROM {kept} GROUP BY h"
+    out["names"] = f"""
+        SELECT name, count() AS c FROM {kept}
+        GROUP BY name ORDER BY c DESC, name ASC LIMIT {LIST_LIMIT}"""
+    for name, column in (("paths", "path"), ("referrers", "referrer")):
+        out[name] = f"""
+            SELECT {column} AS k, count() AS c FROM {kept}
+            WHERE name = 'pageview' AND {column} != ''
+            GROUP BY k ORDER BY c DESC, k ASC LIMIT {LIST_LIMIT}"""
+    for name, column in (("browsers", "browser"), ("devices", "device_type")):
+        out[name] = f"""
+            SELECT toString({column}) AS k, count() AS c FROM {kept}
+            GROUP BY k ORDER BY c DESC, k ASC LIMIT {LIST_LIMIT}"""
+    out["visitors"] = f"SELECT uniqExactIf(visitor_id, visitor_id != '') FROM {kept}"
+    # Session metrics: every event in the window of the sessions with a kept event.
+    ms = "toInt128(toUnixTimestamp64Milli(occurred_at))"
+    unstated = "name = 'session_end' AND duration_ms IS NULL"
+    out["sessions"] = f"""
+        SELECT countIf(sid != ''), countIf(sid != '' AND pv >= 1), countIf(sid != '' AND pv = 1),
+               sum(ends), sum(stated) + toFloat64(sum(unstated_ms))
+        FROM (SELECT any(session_id) AS sid, countIf(name = 'pageview') AS pv,
+                     countIf(name = 'session_end') AS ends,
+                     sumIf(assumeNotNull(duration_ms),
+                           name = 'session_end' AND duration_ms IS NOT NULL) AS stated,
+                     sumIf({ms}, {unstated}) - countIf({unstated}) * min({ms}) AS unstated_ms
+              FROM ({base_sql(query)})
+              WHERE skey IN (SELECT skey FROM {kept})
+              GROUP BY skey)"""
+    out["recent"] = f"""
+        SELECT toString(event_id), name, path, visitor_id, occurred_at FROM {kept}
+        ORDER BY occurred_at DESC LIMIT {RECENT_LIMIT}"""
+    out["live"] = f"""
+        SELECT uniqExact(visitor_id) FROM {{db}}.events
+        WHERE project_id = {{p:String}} AND occurred_at >= {{live:DateTime64(3, 'UTC')}}
+          AND visitor_id != ''{bots(query)}"""
+    if query.exclude_bots:
+        out["bots"] = f"SELECT count() FROM {{db}}.events WHERE {RANGE} AND is_bot = 1"
+    return out
+
+
+def breakdown_sql(query: Query) -> str:
+    """(value, visitors, pageviews, events) rows of ``query.dimension`` over the kept events."""
+    dim = DIMENSIONS[query.dimension or ""]
+    kept = f"({kept_sql(query)})"
+    counts = (
+        "uniqExactIf(sipHash64(visitor_id), visitor_id != '') AS visitors, "
+        "countIf(name = 'pageview') AS pageviews, count() AS events"
+    )
+    if not dim.is_session:
+        return f"""
+            SELECT toString({dim.column}) AS value, {counts}
+            FROM {kept} WHERE value != ''
+            GROUP BY value {ORDER}"""
+    value = session_value(dim.column, dim.session_value or "first_event")
+    return f"""
+        SELECT value, {counts}
+        FROM {kept} AS k
+        INNER JOIN (SELECT skey, {value} AS value FROM ({base_sql(query)}) GROUP BY skey) AS s
+            ON k.skey = s.skey
+        WHERE value != ''
+        GROUP BY value {ORDER}"""
+
+
+def parameters(query: Query) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "p": query.project_id,
+        "t0": query.start,
+        "t1": query.end,
+        "tz": query.tz,
+        "live": query.now - LIVE_WINDOW,
+        "limit": query.limit,
+    }
+    for i, flt in enumerate(query.filters):
+        params[f"f{i}"] = list(flt.values)
+    return params
