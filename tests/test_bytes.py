@@ -44,6 +44,7 @@ def body_cases(valid: bytes, value: bytes) -> dict[str, tuple[bytes, str | None]
         "objects nested 10,000 deep": (swap(b'{"a":' * 10_000 + b"1" + b"}" * 10_000), json),
         "a 10,000-digit number": (swap(LONG_NUMBER), json),
         "a 10,000-digit exponent": (swap(b"1e" + LONG_NUMBER), json),
+        "a 10,000-digit fraction": (swap(b"0." + LONG_NUMBER), json),
         "duplicate keys": (valid[:-1] + b"," + valid[1:], json),
         "truncated": (valid[:-1], json),
         "empty": (b"", json),
@@ -220,3 +221,25 @@ def test_duplicate_keys_are_always_found(events, spaced, data):
     hostile = ('{"events":[' + ",".join(events_text) + "]}").encode()
     with pytest.raises(ValidationException):
         check_body(collect_decoder, hostile, "application/json", _collect_strings)
+
+
+def test_long_numbers_are_refused_and_long_digit_strings_are_not(client, owned):
+    """A number is at most MAX_NUMBER_CHARS characters (64-bit integers and doubles need fewer);
+    the same digits inside a string are text, and a double written in full is a number."""
+    from tally.http.decoding import MAX_NUMBER_CHARS
+
+    _, key = owned
+    headers = {"x-api-key": key, "content-type": "application/json"}
+    digits = "1" * (MAX_NUMBER_CHARS + 1)
+
+    def send(event: str):
+        return client.post("/api/collect", content='{"events":[' + event + "]}", headers=headers)
+
+    refused = send('{"name":"n","metadata":{"x":0.' + digits + "}}")
+    assert refused.status_code == 400
+    assert refused.json()["error"] == "Invalid payload"
+    assert "64-bit integers or doubles" in refused.json()["details"][0]["message"]
+    assert send('{"name":"n","path":"/' + digits + '"}').status_code == 202
+    assert (
+        send('{"name":"n","metadata":{"x":0.30000000000000004,"y":-1.5e-300}}').status_code == 202
+    )

@@ -124,8 +124,9 @@ def check_body(
             words = f"{NOT_UTF8}: it contains a lone surrogate (\\ud800-\\udfff)"
             raise _refuse("$", words) from None
         raise _invalid(str(exc)) from None
-    if count_keys is None or not _no_duplicates_fast(value, count_keys(decoded)):
-        _check_duplicate_keys(value)
+    long_number = _LONG_DIGITS.search(value) is not None
+    if long_number or count_keys is None or not _no_duplicates_fast(value, count_keys(decoded)):
+        _check_keys_and_numbers(value)
     return decoded
 
 
@@ -173,13 +174,42 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _check_duplicate_keys(value: bytes) -> None:
+# Numbers are 64-bit integers or doubles: none needs more than a few dozen characters. A body
+# with a longer run of digits is parsed again to tell a number (refused) from a string.
+MAX_NUMBER_CHARS = 64
+_LONG_DIGITS = re.compile(rb"[0-9]{%d}" % (MAX_NUMBER_CHARS + 1))
+
+
+class _LongNumber(Exception):
+    pass
+
+
+def _short_number(text: str) -> str:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise _LongNumber(text)
+    return text
+
+
+def _check_keys_and_numbers(value: bytes) -> None:
     """JSON leaves duplicate keys to the reader (msgspec keeps the last one); Tally refuses them,
-    so that what is stored is never one of two readings of the body."""
+    so that what is stored is never one of two readings of the body. It refuses numbers written
+    with more than MAX_NUMBER_CHARS characters too (msgspec would round a 10,000-digit fraction
+    to a double and keep it)."""
     try:
-        json.loads(value, object_pairs_hook=_unique)
+        json.loads(
+            value,
+            object_pairs_hook=_unique,
+            parse_int=_short_number,
+            parse_float=_short_number,
+        )
     except _DuplicateKey as exc:
         raise _refuse("$", f"has the key {str(exc)!r} twice in one object") from None
+    except _LongNumber:
+        raise _refuse(
+            "$",
+            f"holds a number written with more than {MAX_NUMBER_CHARS} characters; numbers "
+            "must be 64-bit integers or doubles",
+        ) from None
     except (ValueError, RecursionError):
         # Already decoded by msgspec; the standard parser's own limits are not the contract's.
         return
