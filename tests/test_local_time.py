@@ -19,31 +19,16 @@ from zoneinfo import ZoneInfo
 import msgspec
 import pytest
 
-from conftest import auth, new_project
+from conftest import COLUMNS_BEFORE_005, auth, new_project
 from reference import Sent, dashboard
 from tally.http.views import build_dashboard
 from tally.query import Query, decide
 from tally.storage import dashboard as runner
 from test_dashboard import build_events, fetch, without_ids
 
+# Every column given, as ingestion stores them: those Tally always wrote, then schema 005's.
 COLUMNS = [
-    "project_id",
-    "name",
-    "occurred_at",
-    "received_at",
-    "path",
-    "url",
-    "referrer",
-    "session_id",
-    "visitor_id",
-    "browser",
-    "os",
-    "device_type",
-    "duration_ms",
-    "metadata",
-    "ip",
-    "user_agent",
-    "key_id",
+    *COLUMNS_BEFORE_005,
     "is_bot",
     "source",
     "channel",
