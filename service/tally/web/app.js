@@ -156,14 +156,74 @@
 
   // --- navigation: state lives in the query string (?project=ID&tab=keys&days=7) -----------------
 
+  // The view of a dashboard is all in the URL, so a filtered view can be bookmarked and shared:
+  // ?project=ID&days=N or &from=YYYY-MM-DD&to=YYYY-MM-DD, &filters=<JSON of /api/dashboard's
+  // filters>, &compare=previous_period|previous_year. route() reads it, viewParams() writes it,
+  // apiQuery() turns it into the query string of /api/dashboard and /api/breakdown.
+  const COMPARES = ['previous_period', 'previous_year'];
+  const ISO_DATE = /^\d{4}-\d{2}-\d{2}$/;
+
+  function parseFilters(text) {
+    if (!text) return [];
+    try {
+      const f = JSON.parse(text);
+      return Array.isArray(f) ? f.filter((x) => Array.isArray(x) && x.length === 3 && Array.isArray(x[2])) : [];
+    } catch {
+      return [];
+    }
+  }
+
   function route() {
     const q = new URLSearchParams(location.search);
     const days = Number(q.get('days'));
+    const from = q.get('from') || '';
+    const to = q.get('to') || '';
+    const range = ISO_DATE.test(from) && ISO_DATE.test(to);
     return {
       project: q.get('project') || '',
       tab: ['keys', 'settings'].includes(q.get('tab')) ? q.get('tab') : 'dashboard',
       days: WINDOWS.some(([d]) => d === days) ? days : DEFAULT_DAYS,
+      from: range ? from : '',
+      to: range ? to : '',
+      filters: parseFilters(q.get('filters')),
+      compare: COMPARES.includes(q.get('compare')) ? q.get('compare') : '',
     };
+  }
+
+  // The URL parameters of view r (changes applied), for href() and go().
+  function viewParams(r, changes = {}) {
+    const v = { ...r, ...changes };
+    return {
+      project: v.project,
+      tab: v.tab && v.tab !== 'dashboard' ? v.tab : '',
+      days: v.from || v.days === DEFAULT_DAYS ? '' : v.days,
+      from: v.from,
+      to: v.to,
+      filters: v.filters && v.filters.length ? JSON.stringify(v.filters) : '',
+      compare: v.compare,
+    };
+  }
+
+  // The API query string of view r: projectId, days or from/to, filters, compare (unless
+  // extra.compare === false), then the extra parameters (e.g. {by, limit} of a breakdown).
+  function apiQuery(projectId, r, extra = {}) {
+    const q = new URLSearchParams({ projectId });
+    if (r.from && r.to) {
+      q.set('from', r.from);
+      q.set('to', r.to);
+    } else q.set('days', String(r.days));
+    if (r.filters.length) q.set('filters', JSON.stringify(r.filters));
+    if (r.compare && extra.compare !== false) q.set('compare', r.compare);
+    for (const [k, v] of Object.entries(extra)) if (k !== 'compare' && v !== undefined && v !== '') q.set(k, String(v));
+    return q.toString();
+  }
+
+  // Clicking a row of a panel keeps only that traffic: an `is` filter on the row's dimension,
+  // replacing any earlier filter on the same dimension (as Plausible does).
+  function addFilter(dim, value) {
+    const r = route();
+    const filters = r.filters.filter(([, d]) => d !== dim).concat([['is', dim, [value]]]);
+    go(viewParams(r, { filters }));
   }
 
   function href(params) {
@@ -405,7 +465,7 @@
       return;
     }
     const tab = (name, label) =>
-      link(label, { project: project.id, tab: name === 'dashboard' ? '' : name, days: r.days === DEFAULT_DAYS ? '' : r.days }, {
+      link(label, viewParams(r, { tab: name }), {
         class: `tab${r.tab === name ? ' active' : ''}`,
         'aria-current': r.tab === name ? 'page' : null,
       });
@@ -427,7 +487,7 @@
     );
     if (r.tab === 'keys') await keysView(project, content, gen);
     else if (r.tab === 'settings') settingsView(project, content);
-    else await dashboardView(project, r.days, content, gen);
+    else await dashboardView(project, r, content, gen);
   }
 
   // --- project settings -----------------------------------------------------------------------------
@@ -644,8 +704,29 @@
   }
 
   // columns: [label, value of a row, cell class ('num' for counts, 'nowrap', or the default 'text')]
-  function table(testid, columns, rows, empty, wide) {
+  // filterBy: [dimension, value of a row]: each row filters the dashboard by its value on click.
+  function table(testid, columns, rows, empty, wide, filterBy) {
     if (!rows.length) return h('p', { class: 'empty', 'data-testid': testid, text: empty });
+    const rowProps = (row) => {
+      if (!filterBy) return {};
+      const [dim, get] = filterBy;
+      const value = String(get(row));
+      const pick = () => addFilter(dim, value);
+      return {
+        class: 'filterable',
+        tabindex: '0',
+        title: `Show only ${value}`,
+        'data-filter-dim': dim,
+        'data-filter-value': value,
+        onclick: pick,
+        onkeydown: (e) => {
+          if (e.key === 'Enter' || e.key === ' ') {
+            e.preventDefault();
+            pick();
+          }
+        },
+      };
+    };
     return h(
       'div',
       { class: 'table-wrap' },
@@ -653,7 +734,7 @@
         'table',
         { 'data-testid': testid, class: wide ? 'wide-table' : null },
         h('thead', {}, h('tr', {}, columns.map(([label, , kind]) => h('th', { class: kind === 'num' ? 'num' : null, text: label })))),
-        h('tbody', {}, rows.map((row) => h('tr', {}, columns.map(([, get, kind]) => h('td', { class: kind || 'text', text: get(row) })))))
+        h('tbody', {}, rows.map((row) => h('tr', rowProps(row), columns.map(([, get, kind]) => h('td', { class: kind || 'text', text: get(row) })))))
       )
     );
   }
@@ -809,10 +890,11 @@
     plot(boxes.events, bars(d.eventBreakdown, 'name', COLORS[4]), barLayout(d.eventBreakdown));
   }
 
-  async function dashboardView(project, days, where, gen) {
+  async function dashboardView(project, r, where, gen) {
+    const days = r.days;
     const select = h(
       'select',
-      { id: 'window', name: 'days', onchange: () => go({ project: project.id, days: Number(select.value) === DEFAULT_DAYS ? '' : select.value }) },
+      { id: 'window', name: 'days', onchange: () => go(viewParams(r, { days: Number(select.value), from: '', to: '' })) },
       WINDOWS.map(([d, label]) => h('option', { value: String(d), selected: d === days, text: label }))
     );
     const live = card('liveVisitors', 'Live visitors', '', '…', 'in the last 5 minutes');
@@ -834,7 +916,7 @@
     async function load() {
       let d;
       try {
-        d = await api('GET', `/api/dashboard?projectId=${project.id}&days=${days}`);
+        d = await api('GET', `/api/dashboard?${apiQuery(project.id, r)}`);
       } catch (err) {
         if (gen === generation) showError(body, err, load);
         return;
@@ -871,13 +953,13 @@
           panel('Events by hour of day', boxes.heatmap, true, csvOf('hourly', ['hour_utc', 'events'], d.hourlyHeatmap.map((e) => [e.hour, e.count]))),
           panel(
             'Top pages',
-            table('top-paths', [['Path', (r) => r.path], ['Views', (r) => num(r.views), 'num']], d.topPaths, 'No pageviews with a path yet.'),
+            table('top-paths', [['Path', (r) => r.path], ['Views', (r) => num(r.views), 'num']], d.topPaths, 'No pageviews with a path yet.', false, ['path', (r) => r.path]),
             false,
             csvOf('top-pages', ['path', 'views'], d.topPaths.map((r) => [r.path, r.views]))
           ),
           panel(
             'Top referrers',
-            table('top-referrers', [['Referrer', (r) => r.referrer], ['Pageviews', (r) => num(r.count), 'num']], d.topReferrers, 'No pageviews came from other sites.'),
+            table('top-referrers', [['Referrer', (r) => r.referrer], ['Pageviews', (r) => num(r.count), 'num']], d.topReferrers, 'No pageviews came from other sites.', false, ['referrer', (r) => r.referrer]),
             false,
             csvOf('top-referrers', ['referrer', 'pageviews'], d.topReferrers.map((r) => [r.referrer, r.count]))
           ),
