@@ -14,8 +14,8 @@ from ..domain.ids import utcnow
 from ..domain.stats_v2 import V2Meta, V2Response, V2Row, echo, parse_query
 from ..query import Query
 from ..storage.v2 import fetch_v2
+from .access import asking_user, error_responses, project_settings
 from .auth import session_guard
-from .controllers import _errors, _project_settings, _user
 
 
 def _by(name: str, dimensions: tuple[str, ...]) -> Callable[[tuple[list[str], dict]], Any]:
@@ -30,7 +30,7 @@ def _by(name: str, dimensions: tuple[str, ...]) -> Callable[[tuple[list[str], di
     "/api/v2/query",
     status_code=HTTP_200_OK,
     guards=[session_guard],
-    responses=_errors(400, 401, 404, 429, 503),
+    responses=error_responses(400, 401, 404, 429, 503),
     tags=["dashboard"],
     security=[{"session": []}],
     summary="Query a project's numbers in the shape of Plausible's Stats API v2",
@@ -39,9 +39,9 @@ def _by(name: str, dimensions: tuple[str, ...]) -> Callable[[tuple[list[str], di
     "Invalid payload naming it.",
 )
 async def v2_query(request: Request[Any, Any, Any], state: State) -> V2Response:
-    user = _user(request)
+    user = asking_user(request)
     v2 = parse_query(await request.body())
-    tz, exclude_bots = await _project_settings(state, user, v2.project_id)
+    tz, exclude_bots = await project_settings(state, user, v2.project_id)
     now = utcnow()
     query = Query(v2.project_id, 1, now, tz=tz, exclude_bots=exclude_bots)
     resolved = v2.resolve_range(query.zone, now)
