@@ -11,11 +11,22 @@ from litestar.datastructures import State
 from litestar.status_codes import HTTP_200_OK
 
 from ..domain.ids import utcnow
+from ..domain.metrics import bounce_rate, mean_ms
 from ..domain.stats_v2 import V2Meta, V2Response, V2Row, echo, parse_query
 from ..query import Query
 from ..storage.v2 import fetch_v2
 from .access import asking_user, error_responses, project_settings
 from .auth import session_guard
+
+# The six metrics of a range with no (kept) events.
+NOTHING: dict[str, Any] = {
+    "visitors": 0,
+    "visits": 0,
+    "pageviews": 0,
+    "events": 0,
+    "bounce_rate": bounce_rate(0, 0),
+    "visit_duration": mean_ms(0.0, 0),
+}
 
 
 def _by(name: str, dimensions: tuple[str, ...]) -> Callable[[tuple[list[str], dict]], Any]:
@@ -56,6 +67,8 @@ async def v2_query(request: Request[Any, Any, Any], state: State) -> V2Response:
         last=resolved.last_day,
     )
     groups = await fetch_v2(state.storage, query, v2.dimensions)
+    if not v2.dimensions and not groups:
+        groups = {(): NOTHING}  # an aggregate is one row, as Plausible's: zeros when empty
     rows: list[tuple[list[str], dict[str, Any]]] = [
         (list(key), values) for key, values in groups.items()
     ]
