@@ -16,25 +16,12 @@ from tally.config import Settings
 from test_dimensions import GOOGLEBOT
 from test_local_time import store
 
-# The issue's list of `by` values, in its words.
-ISSUE_DIMENSIONS = {
-    "path",
-    "entryPage",
-    "exitPage",
-    "source",
-    "channel",
-    "referrer",
-    "utmSource",
-    "utmMedium",
-    "utmCampaign",
-    "utmContent",
-    "utmTerm",
-    "country",
-    "browser",
-    "os",
-    "deviceType",
-    "event",
-}
+# The issue's list of `by` values, as it is written.
+ISSUE_BY = (
+    "path entryPage exitPage source channel referrer utmSource utmMedium utmCampaign utmContent "
+    "utmTerm country browser os deviceType event"
+)
+ISSUE_DIMENSIONS = set(ISSUE_BY.split())
 
 
 def test_breakdown_dimensions_are_the_issues_and_the_documents():

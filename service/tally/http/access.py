@@ -15,6 +15,7 @@ from litestar.params import QueryParameter
 from ..domain.ids import OBJECT_ID_PATTERN
 from ..storage.projects import ProjectStore
 from . import schemas as s
+from .auth import session_guard
 from .ratelimit import RateLimits
 
 PROJECT_NOT_FOUND = "Project not found"
@@ -43,6 +44,18 @@ def error_responses(*statuses: int) -> dict[int, ResponseSpec]:
             data_container=s.Error, description=_DESCRIPTIONS[code], generate_examples=False
         )
         for code in statuses
+    }
+
+
+def project_route(tag: str) -> dict[str, Any]:
+    """The options of a session route about one project (``@get(path, **project_route(tag),
+    ...)``): the session guard and its OpenAPI security scheme, the tag, and the error statuses
+    it may answer."""
+    return {
+        "guards": [session_guard],
+        "responses": error_responses(400, 401, 404, 429, 503),
+        "tags": [tag],
+        "security": [{"session": []}],
     }
 
 

@@ -13,8 +13,7 @@ from ..domain.filters import DIMENSIONS, Filter
 from ..domain.ranges import relative_change
 from ..query.breakdown import MAX_LIMIT, By
 from ..storage.breakdown import fetch_breakdown
-from .access import ProjectIdParam, error_responses
-from .auth import session_guard
+from .access import ProjectIdParam, project_route
 from .compare import (
     CompareParam,
     FiltersParam,
@@ -46,10 +45,7 @@ class Breakdown(Struct):
 
 @get(
     "/api/breakdown",
-    guards=[session_guard],
-    responses=error_responses(400, 401, 404, 429, 503),
-    tags=["dashboard"],
-    security=[{"session": []}],
+    **project_route("dashboard"),
     summary="A project's window broken down by one dimension",
     description="Rows by visitors, then pageviews, descending, then value ascending. Session "
     "dimensions (source, channel, utm*, entryPage, exitPage) count every event of a session "

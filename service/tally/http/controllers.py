@@ -27,6 +27,7 @@ from .access import (
     asking_user,
     error_responses,
     owned_project,
+    project_route,
 )
 from .auth import api_key_guard, session_guard
 from .decoding import StructDTO
@@ -197,10 +198,7 @@ class ProjectController(Controller):
 
 @get(
     "/api/dashboard",
-    guards=[session_guard],
-    responses=error_responses(400, 401, 404, 429, 503),
-    tags=["dashboard"],
-    security=[{"session": []}],
+    **project_route("dashboard"),
     summary="Aggregated analytics of a project",
     description="The window is days (default 14) or from/to (local dates, inclusive, at most "
     "366 days). filters (JSON array of [operator, dimension, [values...]]) narrows every number "

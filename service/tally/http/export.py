@@ -23,8 +23,7 @@ from litestar.response import Stream
 from ..domain.ids import OBJECT_ID_PATTERN
 from ..storage import export as export_storage
 from ..storage.export import FORMATS, ExportSpec
-from .access import asking_user, error_responses, owned_project
-from .auth import session_guard
+from .access import asking_user, owned_project, project_route
 from .ratelimit import RateLimits
 
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -188,10 +187,7 @@ def _stop(
 
 @get(
     "/api/export",
-    guards=[session_guard],
-    responses=error_responses(400, 401, 404, 429, 503),
-    tags=["export"],
-    security=[{"session": []}],
+    **project_route("export"),
     summary="Download a project's raw events for a range of days",
     description="Streams every stored column of the project's events whose occurredAt falls on "
     "the UTC days `from` to `to` (inclusive), oldest first, as CSV with a header row, NDJSON "

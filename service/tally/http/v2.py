@@ -15,8 +15,7 @@ from ..domain.metrics import bounce_rate, mean_ms
 from ..domain.stats_v2 import V2Meta, V2Response, V2Row, echo, parse_query
 from ..query import Query
 from ..storage.v2 import fetch_v2
-from .access import asking_user, error_responses, project_settings
-from .auth import session_guard
+from .access import asking_user, project_route, project_settings
 
 # The six metrics of a range with no (kept) events.
 NOTHING: dict[str, Any] = {
@@ -40,10 +39,7 @@ def _by(name: str, dimensions: tuple[str, ...]) -> Callable[[tuple[list[str], di
 @post(
     "/api/v2/query",
     status_code=HTTP_200_OK,
-    guards=[session_guard],
-    responses=error_responses(400, 401, 404, 429, 503),
-    tags=["dashboard"],
-    security=[{"session": []}],
+    **project_route("dashboard"),
     summary="Query a project's numbers in the shape of Plausible's Stats API v2",
     description="Body: site_id (projectId), metrics, date_range, dimensions, filters, order_by, "
     "pagination. A documented subset (README 'A query API for scripts'); anything else is 400 "
