@@ -94,12 +94,12 @@ async def asked_query(
     spec = parse_range(days, from_, to)
     parsed = parse_filters(filters)
     if spec.first is not None and spec.last is not None:
-        days = (spec.last - spec.first).days + 1
+        length = (spec.last - spec.first).days + 1
     else:
-        days = spec.days or DEFAULT_DAYS
+        length = spec.days or DEFAULT_DAYS
     query = Query(
         project_id,
-        days,
+        length,
         utcnow(),
         tz=tz,
         exclude_bots=exclude_bots,
