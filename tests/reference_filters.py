@@ -396,7 +396,7 @@ def v2_rows(
 
     A group's session metrics are over the kept sessions with a kept event in the group (all
     their events in the range); ``visit_duration`` in ms; rows whose Tally dimension value is
-    ``""`` are left out, as in breakdowns.
+    ``""`` are left out, as in breakdowns. Without dimensions there is always one row.
     """
     sel = select(
         events,
@@ -438,6 +438,8 @@ def v2_rows(
             "visit_duration": s["avgSessionDurationMs"],
         }
         out[key] = [values[m] for m in metrics]
+    if not dimensions and not out:  # an aggregate is one row, zeros when nothing is kept
+        out[()] = [0.0 if m == "bounce_rate" else 0 for m in metrics]
     return out
 
 

@@ -5,22 +5,49 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 
 from conftest import JWT_SECRET
-from test_cli import free_port
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_healthy(
+    url: str, proc: subprocess.Popen, output: Callable[[], str], timeout: float = 120
+) -> None:
+    """Returns once ``url`` answers /api/health with 200; fails with the server's ``output`` if
+    it exits first. The timeout waits for an event and is generous for a busy machine."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, f"tally serve exited early: {output()}"
+        try:
+            if httpx.get(f"{url}/api/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, "tally serve did not become healthy"
+        time.sleep(0.2)
 
 
 class Server:
-    """``tally serve`` on the data folder ``data``; ``settings`` are extra ``TALLY_*`` variables.
+    """``tally serve`` on the data folder ``data``, with ``args`` after its own; ``settings`` are
+    extra ``TALLY_*`` variables.
     Rate limits are off and keys refresh every half second unless ``settings`` say otherwise."""
 
-    def __init__(self, data: Path, port: int | None = None, **settings: str) -> None:
+    def __init__(
+        self, data: Path, port: int | None = None, *, args: tuple[str, ...] = (), **settings: str
+    ) -> None:
         self.data, self.port = data, port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("TALLY_")}
@@ -35,23 +62,14 @@ class Server:
         )
         self.log = open(data / f"serve-{self.port}.log", "w")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tally", "serve", "--port", str(self.port)],
+            [sys.executable, "-m", "tally", "serve", "--port", str(self.port), *args],
             cwd=data,  # the embedded engine reads config.xml from its working directory
             env=env,
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        deadline = time.monotonic() + 120  # waits for an event; generous on a busy machine
-        while True:
-            assert self.proc.poll() is None, (data / self.log.name).read_text()
-            try:
-                if httpx.get(f"{self.url}/api/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "tally serve did not start"
-            time.sleep(0.2)
+        wait_healthy(self.url, self.proc, Path(self.log.name).read_text)
 
     def workers(self) -> list[int]:
         """PIDs of the server's granian workers (its child processes)."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,35 +13,16 @@ from pathlib import Path
 import httpx
 import pytest
 
+from served import Server, free_port, wait_healthy
 from tally.storage.migrate import load_migrations
 
 TALLY = [sys.executable, "-m", "tally"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def clean_env(tmp_path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TALLY_")}
     env.update(extra)
     return env
-
-
-def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"tally serve exited early: {proc.stdout.read()}")
-        try:
-            if httpx.get(f"{url}/api/health", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError("tally serve did not become healthy")
 
 
 @pytest.mark.slow
@@ -60,7 +40,7 @@ def test_serve_in_dev_mode_from_any_directory(tmp_path):
         text=True,
     )
     try:
-        wait_healthy(url, proc)
+        wait_healthy(url, proc, proc.stdout.read)
         assert (tmp_path / ".tally" / "clickhouse").is_dir()
         token = subprocess.run(
             [*TALLY, "token", "--sub", "dev"],
@@ -237,21 +217,10 @@ def test_serve_without_migrate_uses_the_schema_in_place(tmp_path):
         tmp_path, TALLY_CLICKHOUSE_URL=f"chdb://{tmp_path}/ch", TALLY_JWT_SECRET="s" * 32
     )
     subprocess.run([*TALLY, "migrate"], cwd=tmp_path, env=env, check=True, timeout=120)
-    port = free_port()
-    proc = subprocess.Popen(
-        [*TALLY, "serve", "--port", str(port), "--no-migrate"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    served = Server(
+        tmp_path, args=("--no-migrate",), TALLY_CLICKHOUSE_URL=env["TALLY_CLICKHOUSE_URL"]
     )
-    try:
-        wait_healthy(f"http://127.0.0.1:{port}", proc)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        output, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 0, output
+    assert served.stop() == 0, (tmp_path / served.log.name).read_text()
 
 
 def test_token_never_creates_a_secret(tmp_path):
@@ -296,7 +265,7 @@ def test_serve_log_prints_a_token_command_that_works_from_elsewhere(tmp_path):
                 break
         assert command, "the serve log printed no token command"
         assert f"TALLY_DATA_DIR={server_dir / '.tally'}" in command
-        wait_healthy(url, proc)
+        wait_healthy(url, proc, proc.stdout.read)
         # The printed command, as printed, from another directory.
         token = subprocess.run(
             command.replace("USER", "someone"),

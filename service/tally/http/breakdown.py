@@ -10,11 +10,10 @@ from litestar.params import QueryParameter
 from msgspec import Struct
 
 from ..domain.filters import DIMENSIONS, Filter
-from ..domain.ids import utcnow
 from ..domain.ranges import relative_change
 from ..query.breakdown import MAX_LIMIT, By
 from ..storage.breakdown import fetch_breakdown
-from .auth import session_guard
+from .access import ProjectIdParam, project_route
 from .compare import (
     CompareParam,
     FiltersParam,
@@ -23,15 +22,8 @@ from .compare import (
     RowChange,
     RowComparison,
     ToParam,
-    check_compare,
+    asked_query,
     earlier_query,
-    make_query,
-)
-from .controllers import (
-    ProjectIdParam,
-    _errors,
-    _project_settings,
-    _user,
 )
 
 ByParam = Annotated[By, QueryParameter(description="the dimension to break the window down by")]
@@ -53,10 +45,7 @@ class Breakdown(Struct):
 
 @get(
     "/api/breakdown",
-    guards=[session_guard],
-    responses=_errors(400, 401, 404, 429, 503),
-    tags=["dashboard"],
-    security=[{"session": []}],
+    **project_route("dashboard"),
     summary="A project's window broken down by one dimension",
     description="Rows by visitors, then pageviews, descending, then value ascending. Session "
     "dimensions (source, channel, utm*, entryPage, exitPage) count every event of a session "
@@ -76,18 +65,15 @@ async def breakdown(
     filters: FiltersParam = None,
     compare_: CompareParam = None,
 ) -> Breakdown:
-    user = _user(request)
-    against = check_compare(compare_)
-    tz, exclude_bots = await _project_settings(state, user, project_id)
-    query = make_query(
+    query, against = await asked_query(
+        request,
+        state,
         project_id,
-        utcnow(),
-        tz=tz,
-        exclude_bots=exclude_bots,
         days=days,
         from_=from_,
         to=to,
         filters=filters,
+        compare=compare_,
         dimension=by,
         limit=limit,
     )

@@ -6,13 +6,15 @@ fields. No SQL here."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime
 from typing import Annotated, Any
 
+from litestar import Request
+from litestar.datastructures import State
 from litestar.params import QueryParameter
 from msgspec import Struct, field
 
 from ..domain.filters import Filter, parse_filters
+from ..domain.ids import utcnow
 from ..domain.metrics import MAX_DAYS
 from ..domain.ranges import (
     DEFAULT_DAYS,
@@ -25,6 +27,7 @@ from ..domain.ranges import (
 )
 from ..query import Query
 from . import schemas as s
+from .access import asking_user, project_settings
 
 OptionalDaysParam = Annotated[
     int | None,
@@ -68,39 +71,44 @@ CompareParam = Annotated[
 ]
 
 
-def make_query(
+async def asked_query(
+    request: Request[Any, Any, Any],
+    state: State,
     project_id: str,
-    now: datetime,
     *,
-    tz: str,
-    exclude_bots: bool,
     days: int | None,
     from_: str | None,
     to: str | None,
     filters: str | None,
+    compare: str | None,
     **extra: Any,
-) -> Query:
+) -> tuple[Query, Compare | None]:
+    """The question ``GET /api/dashboard`` and ``GET /api/breakdown`` ask of the signed-in user's
+    project: its window (days or from/to, in the project's zone), its filters and the range to
+    compare with, if any. In this order: 429 over the user's limit, 400 for ``compare``, 404
+    unless the user owns the project, 400 naming the part of the range or filters. ``extra`` goes
+    to :class:`~tally.query.Query` as is (breakdown's dimension and limit)."""
+    user = asking_user(request)
+    against = parse_compare(compare)
+    tz, exclude_bots = await project_settings(state, user, project_id)
     spec = parse_range(days, from_, to)
     parsed = parse_filters(filters)
     if spec.first is not None and spec.last is not None:
-        return Query(
-            project_id,
-            (spec.last - spec.first).days + 1,
-            now,
-            tz=tz,
-            exclude_bots=exclude_bots,
-            filters=parsed,
-            first=spec.first,
-            last=spec.last,
-            **extra,
-        )
-    return Query(
-        project_id, spec.days or 14, now, tz=tz, exclude_bots=exclude_bots, filters=parsed, **extra
+        length = (spec.last - spec.first).days + 1
+    else:
+        length = spec.days or DEFAULT_DAYS
+    query = Query(
+        project_id,
+        length,
+        utcnow(),
+        tz=tz,
+        exclude_bots=exclude_bots,
+        filters=parsed,
+        first=spec.first,
+        last=spec.last,
+        **extra,
     )
-
-
-def check_compare(value: str | None) -> Compare | None:
-    return parse_compare(value)
+    return query, against
 
 
 def earlier_query(query: Query, compare: Compare, *filters: Filter) -> Query:

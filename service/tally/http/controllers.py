@@ -10,83 +10,35 @@ from typing import Annotated, Any
 from litestar import Controller, Request, delete, get, patch, post
 from litestar.datastructures import State
 from litestar.exceptions import NotFoundException
-from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Example
 from litestar.params import JSONBody, QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_202_ACCEPTED, HTTP_204_NO_CONTENT
 
 from ..domain import events as event_rules
-from ..domain.ids import OBJECT_ID_PATTERN, iso, key_preview, utcnow
-from ..domain.metrics import MAX_DAYS
+from ..domain.ids import OBJECT_ID_PATTERN, iso, key_preview
 from ..domain.projects import DEFAULT_TIMEZONE
 from ..storage import dashboard as dashboard_queries
 from ..storage.projects import UNTITLED_LABEL, ProjectStore
 from . import compare
 from . import schemas as s
+from .access import (
+    PROJECT_NOT_FOUND,
+    ProjectIdParam,
+    asking_user,
+    error_responses,
+    owned_project,
+    project_route,
+)
 from .auth import api_key_guard, session_guard
 from .decoding import StructDTO
 from .project_settings import clean_name, clean_timezone, listed
 from .ratelimit import RateLimits, client_ip
 from .views import build_dashboard
 
-ProjectIdParam = Annotated[
-    str,
-    QueryParameter(
-        name="projectId", pattern=OBJECT_ID_PATTERN, description="24-character object id"
-    ),
-]
-DaysParam = Annotated[
-    int,
-    QueryParameter(
-        ge=1,
-        le=MAX_DAYS,
-        description=f"lookback window in calendar days of the project's time zone, 1 to {MAX_DAYS}",
-    ),
-]
 KeyIdParam = Annotated[
     str,
     QueryParameter(name="keyId", pattern=OBJECT_ID_PATTERN, description="id of the key to revoke"),
 ]
-
-
-def _errors(*statuses: int) -> dict[int, ResponseSpec]:
-    descriptions = {
-        400: "invalid payload or query",
-        401: "missing or invalid credentials",
-        404: "project (or key) not found, or owned by another user",
-        413: "body over the cap (TALLY_MAX_BODY_BYTES, default 7 MiB)",
-        429: "rate limit exceeded (see Retry-After)",
-        503: "storage unavailable; retry (see Retry-After)",
-    }
-    return {
-        code: ResponseSpec(
-            data_container=s.Error, description=descriptions[code], generate_examples=False
-        )
-        for code in statuses
-    }
-
-
-def _user(request: Request[Any, Any, Any]) -> str:
-    user: str = request.state.user_id
-    limits: RateLimits = request.app.state.limits
-    limits.check(limits.per_user, "user", user)
-    return user
-
-
-async def _owned_project(state: State, user: str, project_id: str) -> None:
-    store: ProjectStore = state.store
-    if not await state.storage.run(store.owns, user, project_id):
-        raise NotFoundException(detail="Project not found")
-
-
-async def _project_settings(state: State, user: str, project_id: str) -> tuple[str, bool]:
-    """The project's time zone and whether bots are left out; 404 unless ``user`` owns it (one
-    cached lookup answers both)."""
-    store: ProjectStore = state.store
-    settings = await state.storage.run(store.owned_settings, user, project_id)
-    if settings is None:
-        raise NotFoundException(detail="Project not found")
-    return settings.timezone, settings.exclude_bots
 
 
 class ProjectController(Controller):
@@ -95,16 +47,18 @@ class ProjectController(Controller):
     tags = ["projects"]  # noqa: RUF012
     security = [{"session": []}]  # noqa: RUF012
 
-    @get("/", responses=_errors(401, 429, 503), summary="List the signed-in user's projects")
+    @get(
+        "/", responses=error_responses(401, 429, 503), summary="List the signed-in user's projects"
+    )
     async def list_projects(self, request: Request[Any, Any, Any], state: State) -> s.ProjectList:
-        user = _user(request)
+        user = asking_user(request)
         rows = await state.storage.run(state.store.list_projects, user)
         return s.ProjectList(projects=[listed(r) for r in rows])
 
     @post(
         "/",
         status_code=HTTP_201_CREATED,
-        responses=_errors(400, 401, 429, 503),
+        responses=error_responses(400, 401, 429, 503),
         summary="Create a project and its Default API key",
         dto=StructDTO[s.CreateProject],
         return_dto=None,
@@ -112,7 +66,7 @@ class ProjectController(Controller):
     async def create_project(
         self, request: Request[Any, Any, Any], state: State, data: JSONBody[s.CreateProject]
     ) -> s.ProjectCreated:
-        user = _user(request)
+        user = asking_user(request)
         name = clean_name(data.name)
         timezone = await clean_timezone(
             state, DEFAULT_TIMEZONE if data.timezone is None else data.timezone
@@ -125,7 +79,7 @@ class ProjectController(Controller):
 
     @patch(
         "/",
-        responses=_errors(400, 401, 404, 429, 503),
+        responses=error_responses(400, 401, 404, 429, 503),
         summary="Rename a project, or change its time zone or bot rule",
         description="Only the fields given change. 200 with the project as listed.",
         dto=StructDTO[s.UpdateProject],
@@ -134,7 +88,7 @@ class ProjectController(Controller):
     async def update_project(
         self, request: Request[Any, Any, Any], state: State, data: JSONBody[s.UpdateProject]
     ) -> s.Project:
-        user = _user(request)
+        user = asking_user(request)
         name = None if data.name is None else clean_name(data.name)
         timezone = None if data.timezone is None else await clean_timezone(state, data.timezone)
         row = await state.storage.run(
@@ -146,24 +100,24 @@ class ProjectController(Controller):
             exclude_bots=data.exclude_bots,
         )
         if row is None:
-            raise NotFoundException(detail="Project not found")
+            raise NotFoundException(detail=PROJECT_NOT_FOUND)
         return listed(row)
 
     @delete(
         "/",
         status_code=HTTP_204_NO_CONTENT,
-        responses=_errors(400, 401, 404, 429, 503),
+        responses=error_responses(400, 401, 404, 429, 503),
         summary="Delete a project, its keys, events and rollup rows",
         description="Its keys stop working at once; 204 once its rows are deleted everywhere.",
     )
     async def delete_project(
         self, request: Request[Any, Any, Any], state: State, project_id: ProjectIdParam
     ) -> None:
-        user = _user(request)
+        user = asking_user(request)
         store: ProjectStore = state.store
         project = await state.storage.run(store.get_project, user, project_id)
         if project is None:
-            raise NotFoundException(detail="Project not found")
+            raise NotFoundException(detail=PROJECT_NOT_FOUND)
         # Keys first (this process refuses them from now on, others within the key refresh),
         # then the rows, then the marker: a failure part-way leaves the project listed, so the
         # owner can simply delete it again.
@@ -172,12 +126,16 @@ class ProjectController(Controller):
         await state.storage.run(store.purge_project_rows, project_id)
         await state.storage.run(store.mark_deleted, user, project)
 
-    @get("/keys", responses=_errors(400, 401, 404, 429, 503), summary="List a project's API keys")
+    @get(
+        "/keys",
+        responses=error_responses(400, 401, 404, 429, 503),
+        summary="List a project's API keys",
+    )
     async def list_keys(
         self, request: Request[Any, Any, Any], state: State, project_id: ProjectIdParam
     ) -> s.KeyList:
-        user = _user(request)
-        await _owned_project(state, user, project_id)
+        user = asking_user(request)
+        await owned_project(state, user, project_id)
         rows = await state.storage.run(state.store.list_keys, project_id)
         keys = []
         for r in rows:
@@ -197,7 +155,7 @@ class ProjectController(Controller):
     @post(
         "/keys",
         status_code=HTTP_201_CREATED,
-        responses=_errors(400, 401, 404, 429, 503),
+        responses=error_responses(400, 401, 404, 429, 503),
         summary="Create another API key for a project (shown once)",
         dto=StructDTO[s.CreateKey],
         return_dto=None,
@@ -205,8 +163,8 @@ class ProjectController(Controller):
     async def create_key(
         self, request: Request[Any, Any, Any], state: State, data: JSONBody[s.CreateKey]
     ) -> s.KeyCreated:
-        user = _user(request)
-        await _owned_project(state, user, data.project_id)
+        user = asking_user(request)
+        await owned_project(state, user, data.project_id)
         key, record = await state.storage.run(state.store.create_key, data.project_id, data.label)
         state.registry.apply(record)
         return s.KeyCreated(
@@ -220,7 +178,7 @@ class ProjectController(Controller):
     @delete(
         "/keys",
         status_code=HTTP_204_NO_CONTENT,
-        responses=_errors(400, 401, 404, 429, 503),
+        responses=error_responses(400, 401, 404, 429, 503),
         summary="Revoke an API key",
     )
     async def revoke_key(
@@ -230,8 +188,8 @@ class ProjectController(Controller):
         project_id: ProjectIdParam,
         key_id: KeyIdParam,
     ) -> None:
-        user = _user(request)
-        await _owned_project(state, user, project_id)
+        user = asking_user(request)
+        await owned_project(state, user, project_id)
         record = await state.storage.run(state.store.revoke_key, project_id, key_id)
         if record is None:
             raise NotFoundException(detail="Key not found")
@@ -240,10 +198,7 @@ class ProjectController(Controller):
 
 @get(
     "/api/dashboard",
-    guards=[session_guard],
-    responses=_errors(400, 401, 404, 429, 503),
-    tags=["dashboard"],
-    security=[{"session": []}],
+    **project_route("dashboard"),
     summary="Aggregated analytics of a project",
     description="The window is days (default 14) or from/to (local dates, inclusive, at most "
     "366 days). filters (JSON array of [operator, dimension, [values...]]) narrows every number "
@@ -260,18 +215,15 @@ async def dashboard(
     filters: compare.FiltersParam = None,
     compare_: compare.CompareParam = None,
 ) -> compare.ComparedDashboard:
-    user = _user(request)
-    against = compare.check_compare(compare_)
-    tz, exclude_bots = await _project_settings(state, user, project_id)
-    query = compare.make_query(
+    query, against = await compare.asked_query(
+        request,
+        state,
         project_id,
-        utcnow(),
-        tz=tz,
-        exclude_bots=exclude_bots,
         days=days,
         from_=from_,
         to=to,
         filters=filters,
+        compare=compare_,
     )
     # Taken before the queries: whatever it promises is loaded by the time they read.
     through = datetime.fromtimestamp(state.ingest.data_through_ms() / 1000, UTC)
@@ -296,7 +248,7 @@ COLLECT_EXAMPLE = Example(
     "/api/collect",
     status_code=HTTP_202_ACCEPTED,
     guards=[api_key_guard],
-    responses=_errors(400, 401, 413, 429, 503),
+    responses=error_responses(400, 401, 413, 429, 503),
     tags=["collect"],
     security=[{"apiKey": []}, {"apiKeyQuery": []}],
     summary="Ingest 1 to 100 events",
@@ -331,7 +283,7 @@ async def collect(
     "/api/health",
     tags=["health"],
     summary="200 once Tally can reach its storage",
-    responses=_errors(503),
+    responses=error_responses(503),
 )
 async def health(state: State) -> s.Health:
     await state.storage.aquery("SELECT 1")

@@ -23,8 +23,7 @@ from litestar.response import Stream
 from ..domain.ids import OBJECT_ID_PATTERN
 from ..storage import export as export_storage
 from ..storage.export import FORMATS, ExportSpec
-from .auth import session_guard
-from .controllers import _errors, _owned_project, _user
+from .access import asking_user, owned_project, project_route
 from .ratelimit import RateLimits
 
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -188,10 +187,7 @@ def _stop(
 
 @get(
     "/api/export",
-    guards=[session_guard],
-    responses=_errors(400, 401, 404, 429, 503),
-    tags=["export"],
-    security=[{"session": []}],
+    **project_route("export"),
     summary="Download a project's raw events for a range of days",
     description="Streams every stored column of the project's events whose occurredAt falls on "
     "the UTC days `from` to `to` (inclusive), oldest first, as CSV with a header row, NDJSON "
@@ -209,11 +205,11 @@ async def export_events(
     last: ToParam = None,
     fmt: FormatParam = None,
 ) -> Stream:
-    user = _user(request)
+    user = asking_user(request)
     limits: RateLimits = state.limits
     limits.check(_limit(state.settings.export_limit_per_user), "export", user)
     spec = parse_query(project_id, first, last, fmt, state.settings.ip_privacy == "hash")
-    await _owned_project(state, user, spec.project_id)
+    await owned_project(state, user, spec.project_id)
     content = await _stream(request, state, spec)
     return Stream(
         content,

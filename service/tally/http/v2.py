@@ -11,11 +11,21 @@ from litestar.datastructures import State
 from litestar.status_codes import HTTP_200_OK
 
 from ..domain.ids import utcnow
+from ..domain.metrics import bounce_rate, mean_ms
 from ..domain.stats_v2 import V2Meta, V2Response, V2Row, echo, parse_query
 from ..query import Query
 from ..storage.v2 import fetch_v2
-from .auth import session_guard
-from .controllers import _errors, _project_settings, _user
+from .access import asking_user, project_route, project_settings
+
+# The six metrics of a range with no (kept) events.
+NOTHING: dict[str, Any] = {
+    "visitors": 0,
+    "visits": 0,
+    "pageviews": 0,
+    "events": 0,
+    "bounce_rate": bounce_rate(0, 0),
+    "visit_duration": mean_ms(0.0, 0),
+}
 
 
 def _by(name: str, dimensions: tuple[str, ...]) -> Callable[[tuple[list[str], dict]], Any]:
@@ -29,19 +39,16 @@ def _by(name: str, dimensions: tuple[str, ...]) -> Callable[[tuple[list[str], di
 @post(
     "/api/v2/query",
     status_code=HTTP_200_OK,
-    guards=[session_guard],
-    responses=_errors(400, 401, 404, 429, 503),
-    tags=["dashboard"],
-    security=[{"session": []}],
+    **project_route("dashboard"),
     summary="Query a project's numbers in the shape of Plausible's Stats API v2",
     description="Body: site_id (projectId), metrics, date_range, dimensions, filters, order_by, "
     "pagination. A documented subset (README 'A query API for scripts'); anything else is 400 "
     "Invalid payload naming it.",
 )
 async def v2_query(request: Request[Any, Any, Any], state: State) -> V2Response:
-    user = _user(request)
+    user = asking_user(request)
     v2 = parse_query(await request.body())
-    tz, exclude_bots = await _project_settings(state, user, v2.project_id)
+    tz, exclude_bots = await project_settings(state, user, v2.project_id)
     now = utcnow()
     query = Query(v2.project_id, 1, now, tz=tz, exclude_bots=exclude_bots)
     resolved = v2.resolve_range(query.zone, now)
@@ -56,6 +63,8 @@ async def v2_query(request: Request[Any, Any, Any], state: State) -> V2Response:
         last=resolved.last_day,
     )
     groups = await fetch_v2(state.storage, query, v2.dimensions)
+    if not v2.dimensions and not groups:
+        groups = {(): NOTHING}  # an aggregate is one row, as Plausible's: zeros when empty
     rows: list[tuple[list[str], dict[str, Any]]] = [
         (list(key), values) for key, values in groups.items()
     ]

@@ -1,0 +1,84 @@
+"""Who is asking and what they may see, shared by every session handler: the signed-in user (rate
+limited per user), the projects they own (404 ``Project not found`` otherwise, so that another
+user's project looks like none), and the error responses each route documents in OpenAPI."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from litestar import Request
+from litestar.datastructures import State
+from litestar.exceptions import NotFoundException
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import QueryParameter
+
+from ..domain.ids import OBJECT_ID_PATTERN
+from ..storage.projects import ProjectStore
+from . import schemas as s
+from .auth import session_guard
+from .ratelimit import RateLimits
+
+PROJECT_NOT_FOUND = "Project not found"
+
+ProjectIdParam = Annotated[
+    str,
+    QueryParameter(
+        name="projectId", pattern=OBJECT_ID_PATTERN, description="24-character object id"
+    ),
+]
+
+_DESCRIPTIONS = {
+    400: "invalid payload or query",
+    401: "missing or invalid credentials",
+    404: "project (or key) not found, or owned by another user",
+    413: "body over the cap (TALLY_MAX_BODY_BYTES, default 7 MiB)",
+    429: "rate limit exceeded (see Retry-After)",
+    503: "storage unavailable; retry (see Retry-After)",
+}
+
+
+def error_responses(*statuses: int) -> dict[int, ResponseSpec]:
+    """The OpenAPI ``responses`` of a route that may answer with these error statuses."""
+    return {
+        code: ResponseSpec(
+            data_container=s.Error, description=_DESCRIPTIONS[code], generate_examples=False
+        )
+        for code in statuses
+    }
+
+
+def project_route(tag: str) -> dict[str, Any]:
+    """The options of a session route about one project (``@get(path, **project_route(tag),
+    ...)``): the session guard and its OpenAPI security scheme, the tag, and the error statuses
+    it may answer."""
+    return {
+        "guards": [session_guard],
+        "responses": error_responses(400, 401, 404, 429, 503),
+        "tags": [tag],
+        "security": [{"session": []}],
+    }
+
+
+def asking_user(request: Request[Any, Any, Any]) -> str:
+    """The signed-in user's id (set by the session guard), counted against the per-user limit."""
+    user: str = request.state.user_id
+    limits: RateLimits = request.app.state.limits
+    limits.check(limits.per_user, "user", user)
+    return user
+
+
+async def owned_project(state: State, user: str, project_id: str) -> None:
+    """Nothing when ``user`` owns the project; 404 otherwise."""
+    store: ProjectStore = state.store
+    if not await state.storage.run(store.owns, user, project_id):
+        raise NotFoundException(detail=PROJECT_NOT_FOUND)
+
+
+async def project_settings(state: State, user: str, project_id: str) -> tuple[str, bool]:
+    """The project's time zone and whether bots are left out; 404 unless ``user`` owns it (one
+    cached lookup answers both)."""
+    store: ProjectStore = state.store
+    settings = await state.storage.run(store.owned_settings, user, project_id)
+    if settings is None:
+        raise NotFoundException(detail=PROJECT_NOT_FOUND)
+    return settings.timezone, settings.exclude_bots
