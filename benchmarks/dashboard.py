@@ -109,15 +109,15 @@ def _worker(url: str, events: int, repeat: int, with_queries: bool = False) -> d
 
     async def raw(window: Window) -> Any:
         params = parameters(window)
-        rows = dict(
+        rows: dict[str, Any] = dict(
             zip(
                 raw_sql,
                 await asyncio.gather(*(storage.aquery(sql, params) for sql in raw_sql.values())),
                 strict=True,
             )
         )
-        rows["day_visitors"] = dict(rows["day_visitors"])  # type: ignore[assignment]
-        rows["bots"] = int(rows["bots"][0][0])  # type: ignore[assignment]
+        rows["day_visitors"] = dict(rows["day_visitors"])
+        rows["bots"] = int(rows["bots"][0][0])
         return build_dashboard(service_queries.DashboardRows(**rows), window)
 
     async def timed(fn: Any, window: Window) -> list[float]:
