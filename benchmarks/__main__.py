@@ -28,6 +28,7 @@ MODES: dict[str, dict[str, Any]] = {
         "export_repeat": 2,
         "cost_events": 100_000,
         "cost_inserts": 20,
+        "queries_repeat": 5,
     },
     "full": {
         "sizes": [1_000_000, 10_000_000, 100_000_000],
@@ -41,6 +42,7 @@ MODES: dict[str, dict[str, Any]] = {
         "export_repeat": 5,
         "cost_events": 1_000_000,
         "cost_inserts": 50,
+        "queries_repeat": 20,
     },
     # For the test suite: proves the suite runs, measures nothing worth keeping.
     "smoke": {
@@ -55,6 +57,7 @@ MODES: dict[str, dict[str, Any]] = {
         "export_repeat": 1,
         "cost_events": 2_000,
         "cost_inserts": 3,
+        "queries_repeat": 2,
     },
 }
 
@@ -181,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             args.clickhouse_url,
             args.workers,
             with_queries=args.only != "dashboard",
+            queries_repeat=mode["queries_repeat"],
         )
         for label, events in zip(results["dashboard"], mode["sizes"], strict=True):
             results["dashboard"][label]["events"] = events

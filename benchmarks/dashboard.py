@@ -168,6 +168,7 @@ def run_size(
     clickhouse_url: str = "",
     workers: int = 1,
     with_queries: bool = False,
+    queries_repeat: int = 0,
 ) -> dict[str, Any]:
     data = workdir / f"tenant-{events}"
     data.mkdir(parents=True, exist_ok=True)
@@ -206,7 +207,7 @@ def run_size(
         if with_queries:
             reference = result.pop("queries_reference")
             result["queries"] = queries.measure(
-                client, headers, result["tenant"], reference, http_repeat
+                client, headers, result["tenant"], reference, queries_repeat or http_repeat
             )
     return result
 
@@ -219,6 +220,7 @@ def run(
     clickhouse_url: str = "",
     workers: int = 1,
     with_queries: bool = False,
+    queries_repeat: int = 0,
 ) -> dict[str, Any]:
     """Dashboard results keyed by a readable size (``1M``) and window (``90d``); the data lives in
     a fresh embedded engine per size, or with ``clickhouse_url`` on that server."""
@@ -227,7 +229,14 @@ def run(
         base = workdir or Path(tmp)
         for events in sizes:
             out[size_label(events)] = run_size(
-                events, repeat, http_repeat, base, clickhouse_url, workers, with_queries
+                events,
+                repeat,
+                http_repeat,
+                base,
+                clickhouse_url,
+                workers,
+                with_queries,
+                queries_repeat,
             )
     add_growth(out, [size_label(n) for n in sorted(sizes)])
     return out
