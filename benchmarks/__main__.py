@@ -16,7 +16,7 @@ from . import dashboard, export, ingest, queries
 from .common import RESULTS, flatten, git_commit, machine, storage_kind, write_results
 
 MODES: dict[str, dict[str, Any]] = {
-    # Under three minutes on a 2-core machine.
+    # A few minutes on a quiet 2-core machine; the queries module takes the most.
     "quick": {
         "sizes": [100_000, 1_000_000],
         "repeat": 8,
