@@ -207,7 +207,12 @@ def run_size(
         if with_queries:
             reference = result.pop("queries_reference")
             result["queries"] = queries.measure(
-                client, headers, result["tenant"], reference, queries_repeat or http_repeat
+                client,
+                headers,
+                result["tenant"],
+                reference,
+                queries_repeat or http_repeat,
+                workers=workers,
             )
     return result
 
