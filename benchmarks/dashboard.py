@@ -170,6 +170,7 @@ def run_size(
     with_queries: bool = False,
     queries_repeat: int = 0,
 ) -> dict[str, Any]:
+    with_queries = with_queries and events <= queries.MAX_EVENTS
     data = workdir / f"tenant-{events}"
     data.mkdir(parents=True, exist_ok=True)
     url = bench_url(clickhouse_url, f"dashboard_{size_label(events).lower()}", data)
