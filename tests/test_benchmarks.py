@@ -172,11 +172,12 @@ def test_profiles_run_and_cover_every_case():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # every module, each starting its own processes and engines
 def test_smoke_run_of_the_suite(tmp_path):
     args = [sys.executable, "-m", "benchmarks", "--smoke", "--output", "smoke.json"]
     if shutil.which("wrk") is None:
         args += ["--only", "dashboard"]  # the ingest part needs wrk (Debian: apt-get install wrk)
-    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=1100)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((ROOT / "benchmarks" / "results" / "smoke.json").read_text())
     keys = flatten(results)
@@ -187,6 +188,7 @@ def test_smoke_run_of_the_suite(tmp_path):
             assert {"p50_ms", "p95_ms", "raw_over_rollup"} <= set(row)
         assert results["dashboard"][size]["merge_settle_seconds"] >= 0
     assert {"machine.cores", "storage", "git_commit"} <= set(keys)
+    assert results["queries"]["2k"]["exact_all"] and "cost.vs_004.insert_ratio" in keys
     if "ingest" in results:
         assert results["ingest"]["lost_events"] == 0
         for name in (
@@ -293,13 +295,14 @@ def test_zones_benchmark_runs_on_a_small_tenant(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_smoke_run_of_the_queries_benchmark():
     """--only queries: every breakdown, filtered view, zone, comparison and range is timed on the
     dashboard's tenants, each served answer equals raw SQL (else the run fails), the targets are
     judged and the cost against schema 004 is reported (timings not asserted)."""
     args = [sys.executable, "-m", "benchmarks", "--smoke", "--only", "queries"]
     args += ["--output", "smoke-queries.json"]
-    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=850)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((ROOT / "benchmarks" / "results" / "smoke-queries.json").read_text())
     keys = flatten(results)
