@@ -1,4 +1,4 @@
-"""Run Tally's benchmarks: `python -m benchmarks [--quick] [--only ingest|dashboard|export]
+"""Run Tally's benchmarks: `python -m benchmarks [--quick] [--only ingest|dashboard|queries|export]
 [--clickhouse-url URL --workers N]`.
 
 Prints a table and writes benchmarks/results/latest.json (and a PNG plot of dashboard latency
@@ -12,11 +12,11 @@ import sys
 import time
 from typing import Any
 
-from . import dashboard, export, ingest
+from . import dashboard, export, ingest, queries
 from .common import RESULTS, flatten, git_commit, machine, storage_kind, write_results
 
 MODES: dict[str, dict[str, Any]] = {
-    # Under three minutes on a 2-core machine.
+    # A few minutes on a quiet 2-core machine; the queries module takes the most.
     "quick": {
         "sizes": [100_000, 1_000_000],
         "repeat": 8,
@@ -26,6 +26,9 @@ MODES: dict[str, dict[str, Any]] = {
         "backlog_events": 100_000,
         "export_events": 1_000_000,
         "export_repeat": 2,
+        "cost_events": 100_000,
+        "cost_inserts": 20,
+        "queries_repeat": 5,
     },
     "full": {
         "sizes": [1_000_000, 10_000_000, 100_000_000],
@@ -37,6 +40,9 @@ MODES: dict[str, dict[str, Any]] = {
         "backlog_events": 1_000_000,
         "export_events": 1_000_000,
         "export_repeat": 5,
+        "cost_events": 1_000_000,
+        "cost_inserts": 50,
+        "queries_repeat": 20,
     },
     # For the test suite: proves the suite runs, measures nothing worth keeping.
     "smoke": {
@@ -49,6 +55,9 @@ MODES: dict[str, dict[str, Any]] = {
         "backlog_events": 2_000,
         "export_events": 2_000,
         "export_repeat": 1,
+        "cost_events": 2_000,
+        "cost_inserts": 3,
+        "queries_repeat": 2,
     },
 }
 
@@ -57,7 +66,8 @@ def table(results: dict[str, Any]) -> str:
     rows = [
         f"{k:<48} {v}"
         for k, v in flatten(results).items()
-        if not isinstance(v, list) and k.split(".")[0] in ("ingest", "dashboard", "export")
+        if not isinstance(v, list)
+        and k.split(".")[0] in ("ingest", "dashboard", "queries", "cost", "export")
     ]
     return "\n".join(rows)
 
@@ -112,7 +122,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--smoke", action="store_const", dest="mode", const="smoke", help=argparse.SUPPRESS
     )
-    parser.add_argument("--only", choices=["ingest", "dashboard", "export"])
+    parser.add_argument(
+        "--only",
+        choices=["ingest", "dashboard", "queries", "export"],
+        help="queries: the dashboard's tenants with the breakdown, filter, zone, comparison and "
+        "range timings, their exactness and the cost of the dimensions (also in a full run)",
+    )
     parser.add_argument("--output", default="latest.json", help="file name under results/")
     parser.add_argument("--sizes", help="tenant sizes in events, comma-separated (e.g. 1000000)")
     parser.add_argument("--seconds", type=float, help="duration of each ingest run")
@@ -160,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         results["ingest"]["connections"] = mode["connections"]
         results["ingest"]["seconds"] = mode["seconds"]
-    if args.only in (None, "dashboard"):
+    if args.only in (None, "dashboard", "queries"):
         results["dashboard"] = dashboard.run(
             mode["sizes"],
             mode["repeat"],
@@ -168,9 +183,13 @@ def main(argv: list[str] | None = None) -> int:
             None,
             args.clickhouse_url,
             args.workers,
+            with_queries=args.only != "dashboard",
+            queries_repeat=mode["queries_repeat"],
         )
         for label, events in zip(results["dashboard"], mode["sizes"], strict=True):
             results["dashboard"][label]["events"] = events
+        if args.only != "dashboard":
+            queries.collect(results, mode, args.clickhouse_url)
     if args.only in (None, "export"):
         results["export"] = export.run(
             mode["export_events"],
@@ -185,6 +204,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"plot: {RESULTS / 'dashboard_latency.png'}")
     print(table(results))
     print(f"results: {path}")
+    mismatches = queries.all_exact(results)
+    if mismatches:
+        print(f"served answers differ from raw SQL: {', '.join(mismatches)}", file=sys.stderr)
+        return 1
     return 0
 
 

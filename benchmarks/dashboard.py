@@ -26,11 +26,14 @@ from typing import Any
 
 import httpx
 
+from . import queries
 from .common import bench_url, drop_bench_database, percentile, serve
 
 WINDOWS = (7, 30, 90)
 T0 = "{t0:DateTime64(3, 'UTC')}"
-RAW_WHERE = f"project_id = {{p:String}} AND occurred_at >= {T0}"
+# The project leaves bots out (the default): so do the raw answers; ``bots`` counts them.
+WINDOW = f"project_id = {{p:String}} AND occurred_at >= {T0}"
+RAW_WHERE = f"{WINDOW} AND is_bot = 0"
 RAW_QUERIES: dict[str, str] = {
     "timeline": f"""SELECT toDate(occurred_at) AS day, count(), countIf(name = 'pageview')
         FROM {{db}}.events WHERE {RAW_WHERE} GROUP BY day""",
@@ -64,11 +67,12 @@ RAW_QUERIES: dict[str, str] = {
                      sumIf(toUnixTimestamp64Milli(occurred_at),
                            name = 'session_end' AND duration_ms IS NULL) AS unstated_at
               FROM {{db}}.events WHERE {RAW_WHERE} GROUP BY session_id)""",
+    "bots": f"SELECT count() FROM {{db}}.events WHERE {WINDOW} AND is_bot = 1",
 }
 
 
 # --- worker: runs in its own process, owns the embedded engine -------------------------------
-def _worker(url: str, events: int, repeat: int) -> dict[str, Any]:
+def _worker(url: str, events: int, repeat: int, with_queries: bool = False) -> dict[str, Any]:
     from datetime import UTC, datetime
 
     from tally.http.views import build_dashboard
@@ -105,14 +109,15 @@ def _worker(url: str, events: int, repeat: int) -> dict[str, Any]:
 
     async def raw(window: Window) -> Any:
         params = parameters(window)
-        rows = dict(
+        rows: dict[str, Any] = dict(
             zip(
                 raw_sql,
                 await asyncio.gather(*(storage.aquery(sql, params) for sql in raw_sql.values())),
                 strict=True,
             )
         )
-        rows["day_visitors"] = dict(rows["day_visitors"])  # type: ignore[assignment]
+        rows["day_visitors"] = dict(rows["day_visitors"])
+        rows["bots"] = int(rows["bots"][0][0])
         return build_dashboard(service_queries.DashboardRows(**rows), window)
 
     async def timed(fn: Any, window: Window) -> list[float]:
@@ -130,6 +135,9 @@ def _worker(url: str, events: int, repeat: int) -> dict[str, Any]:
             "load_seconds": round(load_seconds, 1),
             "merge_settle_seconds": round(settle_seconds, 1),
         }
+        if with_queries:  # the answers the served breakdowns and filtered views must equal
+            out["queries_reference"] = queries.reference(storage, tenant.id, datetime.now(UTC))
+            out["disk"] = queries.disk(storage)
         for days in WINDOWS:
             window = Window(tenant.id, days, datetime.now(UTC))
             a, b = await rollup(window), await raw(window)
@@ -159,13 +167,17 @@ def run_size(
     workdir: Path,
     clickhouse_url: str = "",
     workers: int = 1,
+    with_queries: bool = False,
+    queries_repeat: int = 0,
 ) -> dict[str, Any]:
+    with_queries = with_queries and events <= queries.MAX_EVENTS
     data = workdir / f"tenant-{events}"
     data.mkdir(parents=True, exist_ok=True)
     url = bench_url(clickhouse_url, f"dashboard_{size_label(events).lower()}", data)
     drop_bench_database(url)
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.dashboard", "--worker", url, str(events), str(repeat)],
+        [sys.executable, "-m", "benchmarks.dashboard", "--worker", url, str(events), str(repeat)]
+        + (["--queries"] if with_queries else []),
         capture_output=True,
         text=True,
         check=False,
@@ -193,6 +205,16 @@ def run_size(
             row["raw_over_rollup"] = round(row["raw_p95_ms"] / row["rollup_p95_ms"], 2)
             for key in ("rollup_p50_ms", "rollup_p95_ms", "raw_p50_ms", "raw_p95_ms"):
                 row[key] = round(row[key], 2)
+        if with_queries:
+            reference = result.pop("queries_reference")
+            result["queries"] = queries.measure(
+                client,
+                headers,
+                result["tenant"],
+                reference,
+                queries_repeat or http_repeat,
+                workers=workers,
+            )
     return result
 
 
@@ -203,6 +225,8 @@ def run(
     workdir: Path | None = None,
     clickhouse_url: str = "",
     workers: int = 1,
+    with_queries: bool = False,
+    queries_repeat: int = 0,
 ) -> dict[str, Any]:
     """Dashboard results keyed by a readable size (``1M``) and window (``90d``); the data lives in
     a fresh embedded engine per size, or with ``clickhouse_url`` on that server."""
@@ -211,7 +235,14 @@ def run(
         base = workdir or Path(tmp)
         for events in sizes:
             out[size_label(events)] = run_size(
-                events, repeat, http_repeat, base, clickhouse_url, workers
+                events,
+                repeat,
+                http_repeat,
+                base,
+                clickhouse_url,
+                workers,
+                with_queries,
+                queries_repeat,
             )
     add_growth(out, [size_label(n) for n in sorted(sizes)])
     return out
@@ -237,7 +268,8 @@ def size_label(events: int) -> str:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--worker", nargs=3, metavar=("URL", "EVENTS", "REPEAT"))
+    parser.add_argument("--queries", action="store_true", help="also the queries reference")
     args = parser.parse_args()
     if args.worker:
         url, events, repeat = args.worker
-        print(json.dumps(_worker(url, int(events), int(repeat))))
+        print(json.dumps(_worker(url, int(events), int(repeat), args.queries), default=str))

@@ -16,6 +16,7 @@ from benchmarks.common import bench_url, drop_bench_database, flatten, lost_even
 from benchmarks.dashboard import add_growth, size_label
 from benchmarks.generate import generate, settle_merges
 from benchmarks.ingest import parse_wrk
+from benchmarks.queries import BY, FILTERS, TARGETS, all_exact, targets
 
 from tally.query import Query
 from tally.query.sql import dashboard_sql
@@ -94,6 +95,48 @@ def test_generator_is_deterministic_and_realistic(client):
     assert 1_000 <= pageviews <= 4_000 and visitors < sessions and days > 60 and not_future
 
 
+def test_generator_stores_what_collect_would_compute(client):
+    """Every stored dimension equals what collect's domain functions make of the row's url,
+    referrer, client IP and User-Agent; the traffic has the shape the benchmarks rely on."""
+    from tally.domain.acquisition import acquire
+    from tally.domain.bots import is_bot
+    from tally.domain.geo import CountryReader
+    from tally.domain.useragent import classify
+
+    storage = client.app.state.storage
+    project = uuid.uuid4().hex[:24]
+    generate(storage, project, 30_000, seed=9, now=datetime(2026, 6, 1, 12, tzinfo=UTC))
+    rows = storage.query(
+        f"SELECT url, referrer, ip, user_agent, browser, os, device_type, source, channel, "
+        f"utm_source, utm_medium, utm_campaign, utm_content, utm_term, country, is_bot, name, "
+        f"session_id, occurred_at FROM {storage.database}.events WHERE project_id = {{p:String}} "
+        "ORDER BY session_id, occurred_at",
+        {"p": project},
+    )
+    reader = CountryReader()
+    for url, referrer, ip, ua, browser, os, device, *dims, _name, _, _ in rows:
+        assert tuple(dims[:7]) == tuple(acquire(url, referrer)), (url, referrer)
+        assert dims[7] == reader.country(ip) and dims[8] == int(is_bot(ua))
+        assert (browser, os, device) == tuple(classify(ua))
+    reader.close()
+    first = {}  # the tracker sends the referrer with a session's first pageview only
+    for row in rows:
+        sid = row[17]
+        assert row[1] == "" or sid not in first
+        first.setdefault(sid, row)
+        assert first[sid][16] == "pageview"
+    times = [(r[17], r[18]) for r in rows]
+    assert len(set(times)) == len(times)  # no two events of a session at the same time
+    bots = sum(r[15] for r in rows) / len(rows)
+    countries = {r[14] for r in rows}
+    channels = {r[8] for r in rows}
+    assert 0.01 < bots < 0.06 and len(countries) >= 20 and "Unknown" in countries
+    assert {"Direct", "Organic Search", "Paid Search", "Organic Social", "Email"} <= channels
+    assert {"Google", "Bing", "Twitter", "newsletter"} <= {r[7] for r in rows}
+    assert any(r[12] for r in rows) and any(r[13] for r in rows)  # utm_campaign, utm_content
+    assert any(r[0] and "?" not in r[0] and r[16] == "pageview" for r in rows)
+
+
 def test_settling_waits_for_a_quiet_spell_without_merges(client):
     storage = client.app.state.storage
     for seed in range(3):  # several loads leave parts for the engine to merge
@@ -129,11 +172,12 @@ def test_profiles_run_and_cover_every_case():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # every module, each starting its own processes and engines
 def test_smoke_run_of_the_suite(tmp_path):
     args = [sys.executable, "-m", "benchmarks", "--smoke", "--output", "smoke.json"]
     if shutil.which("wrk") is None:
         args += ["--only", "dashboard"]  # the ingest part needs wrk (Debian: apt-get install wrk)
-    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=1100)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((ROOT / "benchmarks" / "results" / "smoke.json").read_text())
     keys = flatten(results)
@@ -144,6 +188,7 @@ def test_smoke_run_of_the_suite(tmp_path):
             assert {"p50_ms", "p95_ms", "raw_over_rollup"} <= set(row)
         assert results["dashboard"][size]["merge_settle_seconds"] >= 0
     assert {"machine.cores", "storage", "git_commit"} <= set(keys)
+    assert results["queries"]["2k"]["exact_all"] and "cost.vs_004.insert_ratio" in keys
     if "ingest" in results:
         assert results["ingest"]["lost_events"] == 0
         for name in (
@@ -247,3 +292,75 @@ def test_zones_benchmark_runs_on_a_small_tenant(tmp_path):
         assert (f"{zone} bots out", "visitors") in timed
     assert ("Asia/Kathmandu bots out", "session_ends_edge") in timed  # the raw partial day
     assert ("UTC bots out", "session_ends_edge") not in timed
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_smoke_run_of_the_queries_benchmark():
+    """--only queries: every breakdown, filtered view, zone, comparison and range is timed on the
+    dashboard's tenants, each served answer equals raw SQL (else the run fails), the targets are
+    judged and the cost against schema 004 is reported (timings not asserted)."""
+    args = [sys.executable, "-m", "benchmarks", "--smoke", "--only", "queries"]
+    args += ["--output", "smoke-queries.json"]
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=850)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((ROOT / "benchmarks" / "results" / "smoke-queries.json").read_text())
+    keys = flatten(results)
+    for size in ("2k", "20k"):
+        q = results["queries"][size]
+        assert q["exact_all"] is True and q["mismatches"] == []
+        assert set(q["exact"]) == {f"breakdown.{by}" for by in BY} | {
+            f"filtered_{kind}.{dim}" for kind in ("dashboard", "breakdown") for dim in FILTERS
+        }
+        for name in ("dashboard_utc", "dashboard_kathmandu", "range_366d"):
+            assert {"p50_ms", "p95_ms"} <= set(q[name])
+        assert set(q["breakdown"]) == set(BY) and set(q["filters"]) == set(FILTERS)
+        assert q["filters"]["source"] != "Direct / None"
+        for view in ("dashboard", "filtered_dashboard_country"):
+            assert {"p95_ms", "without_p95_ms", "ratio"} <= set(q["compare"][view])
+        assert results["cost"]["disk"][size]["tables"]["events"]["rows"] == 2 * (
+            2_000 if size == "2k" else 20_000
+        )
+    target = results["queries"]["targets"]
+    assert target["size"] == "20k" and target["growth_from"] == "2k"
+    assert set(target) - {"size", "growth_from"} == set(TARGETS)
+    assert all(isinstance(t["pass"], bool) for k, t in target.items() if isinstance(t, dict))
+    vs = results["cost"]["vs_004"]
+    assert vs["events"] == 2_000 and vs["inserts"] == 3
+    assert "source" not in vs["004"]["bytes"] and "events_quarter" in vs["now"]["bytes"]
+    for name in (
+        "cost.vs_004.insert_ratio",
+        "cost.vs_004.bytes_ratio",
+        "cost.vs_004.now.bytes.events",
+    ):
+        assert name in keys
+
+
+def test_targets_are_judged_at_10m_with_growth_from_1m():
+    def sizes(p95: float, compare: float = 1.2) -> dict:
+        row = {"p95_ms": p95, "p50_ms": p95}
+        return {
+            "dashboard_utc": row,
+            "dashboard_kathmandu": {"p95_ms": p95 + 10},
+            "breakdown_max_p95_ms": 120,
+            "filtered_dashboard": {"path": {"p95_ms": 390}, "source": {"p95_ms": 410}},
+            "filtered_breakdown": {"path": {"p95_ms": 100}},
+            "compare": {"dashboard": {"ratio": compare}, "filtered": {"ratio": 1.1}},
+            "range_366d": {"p95_ms": 900},
+            "mismatches": [],
+        }
+
+    out = targets(
+        {"1M": sizes(100), "10M": sizes(240), "100M": sizes(2000, 3)}, ["1M", "10M", "100M"]
+    )
+    assert out["size"] == "10M" and out["growth_from"] == "1M"
+    assert out["dashboard_p95_ms"] == {"value": 250, "limit": 250, "pass": True}
+    assert out["breakdown_p95_ms"]["pass"] and out["range_366d_p95_ms"]["pass"]
+    assert out["filtered_dashboard_p95_ms"] == {"value": 410, "limit": 400, "pass": False}
+    assert out["compare_ratio"]["value"] == 1.2 and out["compare_ratio"]["pass"]
+    assert out["dashboard_p95_growth"] == {"value": 2.4, "limit": 3, "pass": True}
+    single = targets({"1M": sizes(100)}, ["1M"])
+    assert "dashboard_p95_growth" not in single and single["size"] == "1M"
+    results = {"queries": {"1M": {"mismatches": []}, "10M": {"mismatches": ["breakdown.os"]}}}
+    results["queries"]["targets"] = out
+    assert all_exact(results) == ["10M: breakdown.os"]
