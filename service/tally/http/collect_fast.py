@@ -217,6 +217,26 @@ def _client_ip(scope: Scope) -> str:
     return str(client[0]) if client else ""
 
 
+class _AroundCors:
+    """Litestar's CORS middleware parses every request's headers to find an ``Origin``; a collect
+    request without one (servers, wrk, same-origin pages) goes to the fast path directly, exactly
+    where the middleware would have passed it unchanged. With an ``Origin`` it goes through the
+    middleware, which adds its headers and hands it to the same fast path."""
+
+    def __init__(self, cors: ASGIApp, fast: CollectFastPath) -> None:
+        self.cors, self.fast = cors, fast
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == PATH:
+            for name, _ in scope["headers"]:
+                if name == b"origin":
+                    break
+            else:
+                await self.fast(scope, receive, send)
+                return
+        await self.cors(scope, receive, send)
+
+
 def install(litestar: Any) -> CollectFastPath:
     """Put the fast path inside the app's CORS middleware (or at the top of its handler)."""
     handler = litestar.asgi_handler
@@ -224,6 +244,7 @@ def install(litestar: Any) -> CollectFastPath:
     if inner is not None and type(handler).__name__ == "CORSMiddleware":
         fast = CollectFastPath(litestar, inner)
         handler.app = fast
+        litestar.asgi_handler = _AroundCors(handler, fast)
     else:
         fast = CollectFastPath(litestar, handler)
         litestar.asgi_handler = fast
