@@ -248,7 +248,11 @@ def run(
     results: dict[str, Any] = {}
     lost = 0
     with tempfile.TemporaryDirectory(prefix="tally-ingest-") as tmp:
-        where = {"workdir": Path(tmp), "clickhouse_url": clickhouse_url, "workers": workers}
+        where: dict[str, Any] = {
+            "workdir": Path(tmp),
+            "clickhouse_url": clickhouse_url,
+            "workers": workers,
+        }
         for shape in SHAPES:
             real = measure_against_ceiling(shape, seconds, connections[shape], **where)
             lost += real["lost_events"]

@@ -82,7 +82,7 @@ class CollectFastPath:
             not self.enabled
             or scope["type"] != "http"
             or scope["path"] != PATH
-            or scope["method"] != "POST"
+            or scope.get("method") != "POST"
             or scope.get("query_string")
         ):
             await self.app(scope, receive, send)
@@ -198,7 +198,7 @@ class CollectFastPath:
             for name, value in response.headers.items()
             if name.lower() not in ("content-type", "content-length")
         ]
-        return response.status_code, body, headers
+        return response.status_code or 500, body, headers
 
 
 class _Gone(Exception):
