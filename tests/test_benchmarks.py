@@ -129,6 +129,7 @@ def test_profiles_run_and_cover_every_case():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(660)  # the run itself may take 600 s (below) on a busy machine
 def test_smoke_run_of_the_suite(tmp_path):
     args = [sys.executable, "-m", "benchmarks", "--smoke", "--output", "smoke.json"]
     if shutil.which("wrk") is None:
