@@ -137,23 +137,10 @@ class CollectFastPath:
             None if content_type is None else content_type.decode("latin-1"),
             _count_strings,
         )
-        # 5. the handler (http/controllers.py's collect, the same steps).
-        limits = state.limits
-        ip = _client_ip(scope)
-        limits.check(limits.per_key, "key", record.id)
-        limits.check(limits.per_ip, "ip", ip)
-        rows = event_rules.to_rows(
-            data.events,
-            project_id=record.project_id,
-            key_id=record.id,
-            received_ms=time.time_ns() // 1_000_000,
-            ip=state.hash_ip(ip),
-            user_agent=(_header(scope, b"user-agent") or b"").decode("latin-1"),
-            country=state.geo.country(ip),
-        )
-        await state.ingest.append(rows)  # returns once fsynced to the ingest log
-        state.registry.touch(record)
-        return 202, _ACCEPTED[len(rows)], []
+        # 5. what the route's handler does too (http/controllers.py's collect).
+        user_agent = (_header(scope, b"user-agent") or b"").decode("latin-1")
+        accepted = await accept(state, record, data.events, _client_ip(scope), user_agent)
+        return 202, _ACCEPTED[accepted], []
 
     async def _read(self, receive: Receive) -> bytes:
         chunks: list[bytes] = []
@@ -215,6 +202,27 @@ def _client_ip(scope: Scope) -> str:
             return first
     client = scope.get("client")
     return str(client[0]) if client else ""
+
+
+async def accept(state: Any, record: Any, events: Any, ip: str, user_agent: str) -> int:
+    """Collect's work once the request is read and decoded, for both paths: the rate limits,
+    enrichment into rows, the ingest log (returns once fsynced), the key's last use. Returns
+    the number of events accepted."""
+    limits = state.limits
+    limits.check(limits.per_key, "key", record.id)
+    limits.check(limits.per_ip, "ip", ip)
+    rows = event_rules.to_rows(
+        events,
+        project_id=record.project_id,
+        key_id=record.id,
+        received_ms=time.time_ns() // 1_000_000,
+        ip=state.hash_ip(ip),
+        user_agent=user_agent,
+        country=state.geo.country(ip),  # from the raw address, before hash_ip drops it
+    )
+    await state.ingest.append(rows)
+    state.registry.touch(record)
+    return len(rows)
 
 
 class _AroundCors:
