@@ -140,7 +140,9 @@ class CollectFastPath:
         # 5. what the route's handler does too (http/controllers.py's collect).
         user_agent = (_header(scope, b"user-agent") or b"").decode("latin-1")
         accepted = await accept(state, record, data.events, _client_ip(scope), user_agent)
-        return 202, _ACCEPTED[accepted], []
+        if accepted < len(_ACCEPTED):
+            return 202, _ACCEPTED[accepted], []
+        return 202, _encode(Accepted(accepted=accepted)), []
 
     async def _read(self, receive: Receive) -> bytes:
         chunks: list[bytes] = []
