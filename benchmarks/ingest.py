@@ -4,7 +4,10 @@ wrk (a compiled load generator, so the client is not the bottleneck) drives a re
 over loopback at a fixed concurrency for a fixed time, in two shapes: 100-event batches and
 single-event requests (the browser case). The same run, against a server started with
 ``TALLY_BENCH_NOOP_STORAGE=true`` (same HTTP stack and decoder, storage write replaced by a no-op),
-gives the ceiling; results are reported as ratios to it, which survive a noisy machine. After each
+gives the ceiling; results are reported as ratios to it, which survive a noisy machine. A bare
+Litestar + msgspec handler under the same granian settings (benchmarks/bare_app.py), decoding the
+same body into the same Struct and answering 202, gives the framework's own ceiling
+(``framework_*``, ``ceiling_over_framework``): what Tally's request path costs. After each
 real run the events stored are counted (once the dashboard's ``dataThrough`` says everything
 acknowledged is loaded) and compared with the events acknowledged; the worker's health counters
 give the INSERTs per second ClickHouse saw under that load and the rows per INSERT.
@@ -28,6 +31,7 @@ from typing import Any
 
 import httpx
 
+from .bare_app import serve_bare
 from .common import bench_url, drop_bench_database, lost_events, serve
 
 LUA = Path(__file__).resolve().parent / "lua" / "collect.lua"
@@ -184,15 +188,46 @@ def measure_backlog(
     }
 
 
+def measure_framework(
+    shape: str, seconds: float, connections: int, workdir: Path, workers: int = 1, **_: Any
+) -> dict[str, Any]:
+    """The same load against the bare Litestar + msgspec handler (benchmarks/bare_app.py)."""
+    per_request = SHAPES[shape]
+    with serve_bare(workdir, workers) as url:
+        drive(url, "bare", per_request, connections, 1)  # warm-up, not counted
+        result = drive(url, "bare", per_request, connections, seconds)
+    return {
+        "events_per_s": round(result["accepted_requests"] * per_request / result["duration_s"], 1),
+        "requests_per_s": round(result["accepted_requests"] / result["duration_s"], 1),
+        "p50_ms": result["p50_ms"],
+        "p99_ms": result["p99_ms"],
+        "refused_requests": result["refused_requests"],
+    }
+
+
+def ratio(over: float, under: float) -> float:
+    return round(over / under, 3) if under else 0.0
+
+
 def measure_against_ceiling(
     shape: str, seconds: float, connections: int, **where: Any
 ) -> dict[str, Any]:
-    """One shape at one concurrency against real storage, then against the no-op ceiling."""
+    """One shape at one concurrency against real storage, then against the no-op ceiling, then
+    against the bare framework handler: three servers, one after another, the same load."""
     real = measure(shape, seconds, connections, noop=False, **where)
     ceiling = measure(shape, seconds, connections, noop=True, **where)
+    bare = measure_framework(shape, seconds, connections, **where)
     real["ceiling_events_per_s"] = ceiling["events_per_s"]
+    real["ceiling_requests_per_s"] = ceiling["requests_per_s"]
+    real["ceiling_p50_ms"] = ceiling["p50_ms"]
     real["ceiling_p99_ms"] = ceiling["p99_ms"]
-    real["ceiling_ratio"] = round(real["events_per_s"] / ceiling["events_per_s"], 3)
+    real["p99_over_ceiling_ms"] = round(real["p99_ms"] - ceiling["p99_ms"], 3)
+    real["ceiling_ratio"] = ratio(real["events_per_s"], ceiling["events_per_s"])
+    real["framework_events_per_s"] = bare["events_per_s"]
+    real["framework_requests_per_s"] = bare["requests_per_s"]
+    real["framework_p99_ms"] = bare["p99_ms"]
+    real["framework_refused_requests"] = bare["refused_requests"]
+    real["ceiling_over_framework"] = ratio(ceiling["events_per_s"], bare["events_per_s"])
     return real
 
 
@@ -213,17 +248,26 @@ def run(
     results: dict[str, Any] = {}
     lost = 0
     with tempfile.TemporaryDirectory(prefix="tally-ingest-") as tmp:
-        where = {"workdir": Path(tmp), "clickhouse_url": clickhouse_url, "workers": workers}
+        where: dict[str, Any] = {
+            "workdir": Path(tmp),
+            "clickhouse_url": clickhouse_url,
+            "workers": workers,
+        }
         for shape in SHAPES:
             real = measure_against_ceiling(shape, seconds, connections[shape], **where)
             lost += real["lost_events"]
-            by_connections = {}
+            # Every connection count, the main one included, under by_connections: one table.
+            by_connections = {str(connections[shape]): dict(real)}
             for n in sweep or []:
+                if str(n) in by_connections:
+                    continue
                 point = measure_against_ceiling(shape, seconds, n, **where)
                 lost += point["lost_events"]
                 by_connections[str(n)] = point
-            if by_connections:
-                real["by_connections"] = by_connections
+            if sweep:
+                real["by_connections"] = dict(
+                    sorted(by_connections.items(), key=lambda i: int(i[0]))
+                )
             results[shape] = real
         if backlog_events:
             results["backlog"] = measure_backlog(backlog_events, **where)

@@ -124,6 +124,33 @@ def test_requests_that_arrive_together_share_one_write_and_fsync(tmp_path):
         ingest.close()
 
 
+def test_a_request_cancelled_while_waiting_leaves_its_group_intact(tmp_path):
+    """A waiter cancelled (its client went away) is skipped: its rows are committed with the
+    group, and every other request of the group is acknowledged."""
+    ingest = new_log(tmp_path / "log")
+    ingest.open()
+
+    async def scenario() -> list[object]:
+        ingest.start()
+        try:
+            tasks = [asyncio.ensure_future(ingest.append(rows(f"c{i}", 2))) for i in range(10)]
+            await asyncio.sleep(0)  # every append is queued, waiting for the commit
+            tasks[3].cancel()
+            return await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            await ingest.stop()
+
+    try:
+        results = asyncio.run(scenario())
+        assert isinstance(results[3], asyncio.CancelledError)
+        assert results[:3] + results[4:] == [None] * 9
+        [segment] = ingest.sealed()
+        got = sorted(tuple(line) for line in _decode(read_segment(segment.path).body()))
+        assert got == sorted(r for i in range(10) for r in rows(f"c{i}", 2))
+    finally:
+        ingest.close()
+
+
 def _decode(body: bytes) -> list[list]:
     import msgspec
 

@@ -25,6 +25,7 @@ from litestar.types import Message, Scope
 from .config import Settings, load_settings
 from .domain.geo import CountryReader
 from .domain.privacy import IpHasher
+from .http import collect_fast
 from .http.auth import SessionVerifier
 from .http.breakdown import breakdown
 from .http.controllers import ProjectController, collect, dashboard, health
@@ -225,6 +226,9 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
         debug=False,
     )
     _complete_openapi(app)
+    # POST /api/collect answered without the framework's per-request layers (same checks, same
+    # answers; http/collect_fast.py). Tests switch it off through state.collect_fast.enabled.
+    app.state.collect_fast = collect_fast.install(app)
     return app
 
 

@@ -14,7 +14,6 @@ from litestar.openapi.spec import Example
 from litestar.params import JSONBody, QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_202_ACCEPTED, HTTP_204_NO_CONTENT
 
-from ..domain import events as event_rules
 from ..domain.ids import OBJECT_ID_PATTERN, iso, key_preview
 from ..domain.projects import DEFAULT_TIMEZONE
 from ..storage import dashboard as dashboard_queries
@@ -30,9 +29,10 @@ from .access import (
     project_route,
 )
 from .auth import api_key_guard, session_guard
+from .collect_fast import accept
 from .decoding import StructDTO
 from .project_settings import clean_name, clean_timezone, listed
-from .ratelimit import RateLimits, client_ip
+from .ratelimit import client_ip
 from .views import build_dashboard
 
 KeyIdParam = Annotated[
@@ -260,23 +260,15 @@ COLLECT_EXAMPLE = Example(
 async def collect(
     request: Request[Any, Any, Any], state: State, data: JSONBody[s.CollectBody]
 ) -> s.Accepted:
-    record = request.state.api_key
-    limits: RateLimits = state.limits
-    ip = client_ip(request)
-    limits.check(limits.per_key, "key", record.id)
-    limits.check(limits.per_ip, "ip", ip)
-    rows = event_rules.to_rows(
+    # Most requests are answered by http/collect_fast.py, which shares this step.
+    accepted = await accept(
+        state,
+        request.state.api_key,
         data.events,
-        project_id=record.project_id,
-        key_id=record.id,
-        received_ms=time.time_ns() // 1_000_000,
-        ip=state.hash_ip(ip),
-        user_agent=request.headers.get("user-agent", ""),
-        country=state.geo.country(ip),  # from the raw address, before hash_ip drops it
+        client_ip(request),
+        request.headers.get("user-agent", ""),
     )
-    await state.ingest.append(rows)  # returns once fsynced to the ingest log
-    state.registry.touch(record)
-    return s.Accepted(accepted=len(rows))
+    return s.Accepted(accepted=accepted)
 
 
 @get(

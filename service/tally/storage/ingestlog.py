@@ -411,8 +411,10 @@ class IngestLog:
         self._pending_bytes += size
         self._waiters.append(future)
         self._wake.set()
-        # Shielded: a client that goes away does not cancel the commit its events are in.
-        await asyncio.shield(future)
+        # Not shielded (one future and two callbacks less per request): a client that goes away
+        # cancels only this waiter, which the flusher then skips; its rows are already in the
+        # group and are committed with it.
+        await future
 
     # --- flusher -------------------------------------------------------------------------
     async def _run(self) -> None:

@@ -80,6 +80,10 @@ class KeyRegistry:
                 log.warning("%s failed: %s", getattr(fn, "__name__", fn), exc)
 
     # --- lookups -----------------------------------------------------------------------------
+    def cached(self, key_hash: str) -> KeyRecord | None:
+        """The live key with this hash as this process knows it now (no refresh, no query)."""
+        return self._live.get(key_hash)
+
     async def resolve(self, key_hash: str) -> KeyRecord | None:
         """The live key with this hash, or None."""
         record = self._live.get(key_hash)
