@@ -827,8 +827,9 @@
       return;
     }
     const merged = { ...BASE_LAYOUT, ...layout, xaxis: { ...BASE_LAYOUT.xaxis, ...(layout.xaxis || {}) }, yaxis: { ...BASE_LAYOUT.yaxis, ...(layout.yaxis || {}) } };
-    window.Plotly.newPlot(el, data, merged, { displayModeBar: false, responsive: true, displaylogo: false, ...config });
-    cleanups.push(() => window.Plotly.purge(el));
+    const drawn = window.Plotly.newPlot(el, data, merged, { displayModeBar: false, responsive: true, displaylogo: false, ...config });
+    // Purged once drawn: a map still fetching its shapes would otherwise finish on a purged chart.
+    cleanups.push(() => Promise.resolve(drawn).then(() => window.Plotly.purge(el), () => window.Plotly.purge(el)));
   }
 
   // Whole numbers on count axes: Plotly would otherwise tick 0.5 steps for small counts.
@@ -1027,14 +1028,17 @@
     const mapBox = spec.map ? chartBox('countries') : null;
     let current = spec.tabs[0][0];
     let rows = [];
+    // The CSV of the rows shown, named after the project, the dimension and the window.
+    const span = r.from && r.to ? `${r.from}_${r.to}` : `${r.days}d`;
+    const csvName = () => `tally-${project.id}-${current}-${span}.csv`;
     const csvButton = h('button', {
       type: 'button',
       class: 'link',
       text: 'Download CSV',
-      'data-csv': `tally-${project.id}-${spec.id}.csv`,
+      'data-csv': csvName(),
       onclick: () =>
         saveCsv(
-          `tally-${project.id}-${current}.csv`,
+          csvName(),
           [current, 'visitors', 'pageviews', 'events'],
           rows.map((x) => [x.value, x.visitors, x.pageviews, x.events])
         ),
@@ -1053,6 +1057,7 @@
 
     function pick(by) {
       current = by;
+      csvButton.dataset.csv = csvName();
       for (const b of tabButtons) b.setAttribute('aria-selected', String(b.dataset.by === by));
       load();
     }
