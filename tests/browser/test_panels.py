@@ -15,6 +15,7 @@ whole dashboard; "Today" is drawn as its hours; a phone's width shows the recent
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -24,6 +25,7 @@ import pytest
 from test_site_owner import (  # noqa: F401 - fixtures
     CHROMIUM,
     DESKTOP,
+    FAILED_LOAD,
     browser,
     headers,
     screenshot,
@@ -294,6 +296,33 @@ def test_clicking_a_row_filters_the_whole_dashboard(tally, shop, browser, watch)
     assert shown(page, "path") == expected and len(expected) == 2
     context.close()
     watch.assert_clean()
+
+
+def test_a_failing_panel_fails_alone_and_retries(tally, shop, browser, watch):
+    user, project_id = shop
+    context = browser.new_context(viewport=DESKTOP)
+    page = watch(context.new_page())
+    refused = re.compile(r".*/api/breakdown\?.*by=os.*")
+    page.route(
+        refused,
+        lambda route: route.fulfill(
+            status=503, content_type="application/json", body='{"error":"Storage unavailable"}'
+        ),
+    )
+    open_dashboard(page, tally, user, f"project={project_id}")
+    page.wait_for_selector("[data-panel=os][data-state=error]")
+    assert "storage is unavailable" in page.text_content("[data-panel=os] [role=alert]")
+    for panel, by, _ in TABS:
+        if panel in ("os", "sources", "entry-exit") and by not in ("source", "entryPage"):
+            continue
+        ready(page, panel, by)  # every other panel, the cards and the charts are there
+    assert page.get_attribute("[data-metric=totalEvents]", "data-value") == "7"
+    page.unroute(refused)
+    page.click("[data-panel=os] button:has-text('Try again')")
+    ready(page, "os", "os")
+    assert shown(page, "os") == breakdown_api(tally, user, project_id, by="os", days=7, limit=10)
+    context.close()
+    watch.assert_clean(FAILED_LOAD.format(503))
 
 
 def test_live_visitors_come_from_api_live(tally, browser, watch):

@@ -997,6 +997,8 @@
         yaxis: { automargin: true, tickformat: '' },
       }
     );
+    // A bar filters the dashboard by its event, as the rows below do.
+    if (boxes.events.on) boxes.events.on('plotly_click', (ev) => ev.points && ev.points.length && addFilter('event', String(ev.points[0].y)));
   }
 
   // --- breakdown panels: each loads GET /api/breakdown on its own -----------------------------
