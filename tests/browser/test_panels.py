@@ -23,6 +23,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 from test_site_owner import (  # noqa: F401 - fixtures
+    ARTIFACTS,
     CHROMIUM,
     DESKTOP,
     FAILED_LOAD,
@@ -414,6 +415,11 @@ def test_a_phone_shows_recent_events_and_cards_whole(tally, shop, browser, watch
     )
     assert lines and all(line == [1, True] for line in lines)
     screenshot(page, "panels-phone-375.png")
+    for part in ("countries", "recent"):
+        selector = (
+            "[data-panel=countries]" if part == "countries" else ".panel:has(table.wide-table)"
+        )
+        page.locator(selector).screenshot(path=str(ARTIFACTS / f"panels-phone-375-{part}.png"))
     context.close()
     watch.assert_clean()
 
