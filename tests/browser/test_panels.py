@@ -285,6 +285,25 @@ def test_clicking_a_row_filters_the_whole_dashboard(tally, shop, browser, watch)
     assert shown(page, "source") == expected == [["Google", "1", "2"]]
     assert page.get_attribute("[data-metric=uniqueVisitors]", "data-value") == "1"
 
+    # A country on the map filters too: a click in the middle of Australia.
+    page.goto(f"{tally}/?project={project_id}")
+    page.wait_for_selector("[data-chart=countries] path.choroplethlocation")
+    index = page.eval_on_selector(
+        "[data-chart=countries]", "el => el.data[0].locations.indexOf('AUS')"
+    )
+    page.locator("[data-chart=countries]").scroll_into_view_if_needed()
+    box = page.locator("[data-chart=countries] path.choroplethlocation").nth(index).bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    page.mouse.move(x - 5, y)
+    page.mouse.move(x, y, steps=5)  # plotly picks the country under the pointer on hover
+    page.wait_for_selector("[data-chart=countries] .hoverlayer .hovertext")
+    assert "Australia" in page.text_content("[data-chart=countries] .hoverlayer .hovertext")
+    page.mouse.click(x, y)
+    page.wait_for_url(lambda url: "AU" in parse_qs(urlsplit(url).query).get("filters", [""])[0])
+    filters = json.loads(parse_qs(urlsplit(page.url).query)["filters"][0])
+    assert filters == [["is", "country", ["AU"]]]
+    page.goto(f"{tally}/?project={project_id}&filters={json.dumps([['is', 'country', ['DE']]])}")
+    ready(page, "sources", "source")
     # A source row adds its filter to the country's.
     page.click("[data-testid=breakdown-source] tr[data-filter-value=Google]")
     page.wait_for_url(lambda url: "source" in parse_qs(urlsplit(url).query).get("filters", [""])[0])
@@ -386,6 +405,17 @@ def test_today_is_drawn_as_its_hours(tally, shop, browser, watch):
         "() => document.querySelector('[data-chart=timeline]').data[1].visible === true"
     )
     assert page.text_content("[data-panel=timeline] h2").startswith("Pageviews per hour")
+    # A one-day from/to range is drawn by hour too.
+    day = hours[0][:10]
+    open_dashboard(page, tally, user, f"project={project_id}&from={day}&to={day}")
+    page.wait_for_selector("[data-chart=timeline][data-unit=hour] svg.main-svg")
+    assert page.eval_on_selector("[data-chart=timeline]", "el => el.data[0].y") == traces[0][3]
+    # A longer window is drawn by day, with each day's visitors.
+    open_dashboard(page, tally, user, f"project={project_id}&days=7")
+    page.wait_for_selector("[data-chart=timeline][data-unit=day] svg.main-svg")
+    drawn = page.eval_on_selector("[data-chart=timeline]", "el => [el.data[0].x, el.data[0].y]")
+    timeline = dash_api(tally, user, project_id)["timeline"]
+    assert drawn == [[t["day"] for t in timeline], [t["visitors"] for t in timeline]]
     context.close()
     watch.assert_clean()
 
