@@ -134,7 +134,6 @@ def dashboard(
 
     hours: Counter[int] = Counter(local(e).hour for e in inside)
     recent = sorted(inside, key=lambda e: e.occurred_at, reverse=True)[:20]
-    live_since = now - timedelta(minutes=5)
     return {
         "summary": {
             "totalEvents": len(inside),
@@ -164,16 +163,21 @@ def dashboard(
             }
             for e in recent
         ],
-        "liveVisitors": len(
-            {
-                e.visitor_id
-                for e in events
-                if e.visitor_id
-                and live_since <= e.occurred_at <= now
-                and not (exclude_bots and e.is_bot)
-            }
-        ),
+        "liveVisitors": live_visitors(events, now, exclude_bots),
     }
+
+
+def live_visitors(events: list[Sent], now: datetime, exclude_bots: bool = True) -> int:
+    """Distinct visitors with an event in the 5 minutes before ``now`` (GET /api/live, and the
+    dashboard's liveVisitors): filters and the window do not apply."""
+    since = now - timedelta(minutes=5)
+    return len(
+        {
+            e.visitor_id
+            for e in events
+            if e.visitor_id and since <= e.occurred_at <= now and not (exclude_bots and e.is_bot)
+        }
+    )
 
 
 # --- /api/breakdown ---------------------------------------------------------------------------

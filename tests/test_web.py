@@ -101,6 +101,22 @@ def test_charting_library_is_served_from_the_python_package(client):
     assert unversioned.headers["cache-control"] == "no-cache"
 
 
+def test_world_map_shapes_are_served_from_the_package(client):
+    """plotly.js fetches <topojsonURL>world_110m.json; the page points topojsonURL at /assets/,
+    so the map needs nothing from plotly's CDN (tests/browser/test_panels.py watches the wire)."""
+    response = client.get("/assets/world_110m.json", headers={"accept-encoding": "gzip"})
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/json")
+    assert response.headers["content-encoding"] == "gzip"
+    topology = response.json()
+    assert topology["type"] == "Topology"
+    assert {"countries", "land", "ocean", "coastlines"} <= set(topology["objects"])
+    ids = {g.get("id") for g in topology["objects"]["countries"]["geometries"]}
+    assert {"DEU", "USA", "NPL", "AUS", "BRA"} <= ids
+    app_js = WEB.joinpath("app.js").read_text()
+    assert "topojsonURL: '/assets/'" in app_js
+
+
 @pytest.mark.parametrize("path", ["/assets/nope.js", "/assets/..%2Fpages.py", "/assets/index.html"])
 def test_only_known_assets_are_served(client, path):
     response = client.get(path)

@@ -34,6 +34,7 @@ from .http.errors import EXCEPTION_HANDLERS
 from .http.export import EXPORT_HANDLERS
 from .http.limits import body_cap
 from .http.limits_doc import markdown
+from .http.live import live
 from .http.pages import PAGE_HANDLERS, WebFiles
 from .http.project_settings import document_project_fields
 from .http.query import strict_query
@@ -199,6 +200,7 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
             collect,
             dashboard,
             breakdown,
+            live,
             v2_query,
             health,
             *EXPORT_HANDLERS,

@@ -128,12 +128,19 @@ def test_panels_and_raw_events_download_as_csv(tally: str, browser: Any) -> None
     page.goto(f"{tally}/?project={project}#token={token(user)}")
     page.wait_for_selector("[data-csv]")
 
-    name, text = saved(page, f'[data-csv="tally-{project}-top-pages-7d.csv"]')
-    assert name == f"tally-{project}-top-pages-7d.csv"
+    # A breakdown panel's rows, once loaded: named after the dimension and the window.
+    page.wait_for_selector("[data-panel=pages][data-state=ready]")
+    name, text = saved(page, f'[data-csv="tally-{project}-path-7d.csv"]')
+    assert name == f"tally-{project}-path-7d.csv"
     rows = list(csv.reader(io.StringIO(text)))
-    assert rows[0] == ["path", "views"]
+    assert rows[0] == ["path", "visitors", "pageviews", "events"]
     assert sorted(rows[1:]) == sorted(
-        [["/pricing", "2"], ["/", "1"], ["/a,b", "1"], ['/q"uote', "1"]]
+        [
+            ["/pricing", "1", "2", "2"],
+            ["/", "1", "1", "1"],
+            ["/a,b", "1", "1", "1"],
+            ['/q"uote', "1", "1", "1"],
+        ]
     )
 
     name, text = saved(page, "#export-events")

@@ -255,9 +255,10 @@ def table_rows(page: Any, table: str) -> list[list[str]]:
 
 
 # Drawn marks per chart: bars, lines and points are SVG paths with a size in the traces' groups,
-# the heatmap an image.
+# the heatmap an image, the world map its countries' shapes.
 CHART_MARKS = """els => els.map(el => {
-  const marks = [...el.querySelectorAll('svg.main-svg .trace path, svg.main-svg .hm image')];
+  const marks = [...el.querySelectorAll(
+    'svg.main-svg .trace path, svg.main-svg .hm image, svg.main-svg .geo .layer path')];
   const drawn = marks.filter(m => { const b = m.getBBox(); return b.width > 0 && b.height > 0; });
   const image = el.querySelector('.hm image');
   return [el.dataset.chart, drawn.length, image ? image.getAttribute('href').length : 0];
@@ -266,11 +267,13 @@ CHART_MARKS = """els => els.map(el => {
 
 def check_charts(page: Any) -> None:
     page.wait_for_function(
-        "() => document.querySelectorAll('[data-chart] svg.main-svg .cartesianlayer').length >= 5"
+        "() => document.querySelectorAll('[data-chart] svg.main-svg .cartesianlayer').length >= 4"
+        " && document.querySelector('[data-chart=countries] .geo .layer path')"
     )
     charts = page.eval_on_selector_all("[data-chart]", CHART_MARKS)
     names = [c[0] for c in charts]
-    assert names == ["timeline", "heatmap", "browsers", "devices", "events"]
+    # Browsers and devices are breakdown panels (lists), tests/browser/test_panels.py.
+    assert names == ["timeline", "countries", "events", "heatmap"]
     for name, drawn, image in charts:
         assert drawn > 0, f"chart {name} drew nothing"
         if name == "heatmap":
@@ -408,19 +411,18 @@ def test_a_visit_on_the_site_shows_on_the_dashboard_page(tally, site, browser, w
         "bounceRate": "0%",
         "liveVisitors": "1",
     }
-    assert table_rows(dash, "event-breakdown") == [
-        ["pageview", "2"],
-        ["session_end", "1"],
-        ["signup", "1"],
-    ]
-    assert table_rows(dash, "top-paths") == [["/shop/", "1"], ["/shop/pricing", "1"]]
-    assert table_rows(dash, "top-referrers") == [["http://news.example/", "1"]]
+    # session_end is left out of the events by name, and said so.
+    assert table_rows(dash, "event-breakdown") == [["pageview", "2"], ["signup", "1"]]
+    assert "1 session_end event" in dash.text_content("[data-testid=session-ends]")
+    dash.wait_for_selector("[data-panel=pages][data-state=ready]")
+    assert table_rows(dash, "breakdown-path") == [["/shop/", "1", "1"], ["/shop/pricing", "1", "1"]]
+    dash.click("[data-panel=sources] button[data-by=referrer]")
+    dash.wait_for_selector("[data-panel=sources][data-by=referrer][data-state=ready]")
+    assert table_rows(dash, "breakdown-referrer")[0] == ["http://news.example/", "1", "1"]
     recent = table_rows(dash, "recent-events")
     assert recent[0][1] == "session_end" and sorted(r[1] for r in recent) == sorted(names)
-    # Live visitors are asked for again every few seconds.
-    with dash.expect_request(
-        lambda r: "/api/dashboard" in r.url and "days=1" in r.url, timeout=60_000
-    ):
+    # Live visitors are asked for again every few seconds, on their own.
+    with dash.expect_request(lambda r: "/api/live?projectId=" in r.url, timeout=60_000):
         pass
     screenshot(dash, "dashboard-desktop.png")
 

@@ -64,7 +64,11 @@ def rows(settings: Settings | None = None) -> list[tuple[str, str]]:
             f"headers within {s.header_timeout_seconds:g} s, then the body within "
             f"{s.body_timeout_seconds:g} s (408)",
         ),
-        ("dashboard lists", "top lists 10 rows; `recentEvents` 20; `liveVisitors` last 5 minutes"),
+        (
+            "dashboard lists",
+            "top lists 10 rows; `recentEvents` 20; "
+            "`liveVisitors` (and `GET /api/live`) last 5 minutes",
+        ),
     ]
 
 

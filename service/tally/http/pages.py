@@ -43,6 +43,7 @@ MEDIA_TYPES = {
     ".css": "text/css",
     ".html": "text/html",
     ".svg": "image/svg+xml",
+    ".json": "application/json",
 }
 # name under /assets -> (package, path inside it)
 ASSETS = {
@@ -50,6 +51,9 @@ ASSETS = {
     "app.css": ("tally", "web/app.css"),
     "favicon.svg": ("tally", "web/favicon.svg"),
     "plotly.min.js": ("plotly", "package_data/plotly.min.js"),
+    # The world map's country shapes (Natural Earth, 1:110m), which plotly.js otherwise fetches
+    # from its CDN: the page sets plotly's topojsonURL to /assets/ (tally/data/README.md).
+    "world_110m.json": ("tally", "data/world_110m.json"),
     # The interactive API docs (/api/schema, http/docs.py): Swagger UI's built files, from the
     # swagger-ui-py package's data.
     "docs.js": ("tally", "web/docs.js"),
@@ -61,9 +65,9 @@ PAGES = {"index.html", "docs.html"}
 
 
 # plotly.js bundles the stylesheet of its map library (maplibre) and appends it as an inline <style>
-# on load unless an element with the stylesheet's id is already there. The page draws no maps and
-# its CSP refuses inline styles (which Chromium reports as a console error), so the page carries
-# an empty element with each such id.
+# on load unless an element with the stylesheet's id is already there. The page draws no maplibre
+# maps (its world map is a geo trace, drawn as SVG) and its CSP refuses inline styles (which
+# Chromium reports as a console error), so the page carries an empty element with each such id.
 PLOTLY_INLINE_STYLE = re.compile(
     rb'getElementById\("([0-9a-f]{16,128})"\)\)\{var \w+=document\.createElement\("style"\)'
 )

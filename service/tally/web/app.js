@@ -7,7 +7,7 @@
 (() => {
   const TOKEN_KEY = 'tally.session';
   const WINDOWS = [
-    [1, 'Today (UTC)'],
+    [1, 'Today'],
     [7, 'Last 7 days'],
     [14, 'Last 14 days'],
     [30, 'Last 30 days'],
@@ -50,10 +50,11 @@
   function duration(ms) {
     if (ms < 1000) return `${ms} ms`;
     const s = Math.round(ms / 1000);
-    if (s < 60) return `${s} s`;
+    if (s < 60) return `${s}s`;
     const m = Math.floor(s / 60);
-    if (m < 60) return `${m} min ${s % 60} s`;
-    return `${Math.floor(m / 60)} h ${m % 60} min`;
+    // Compact, so the card's value stays on one line: "12m 5s", "1h 4m".
+    if (m < 60) return `${m}m ${s % 60}s`;
+    return `${Math.floor(m / 60)}h ${m % 60}m`;
   }
 
   // --- session token: kept for this tab only --------------------------------------------------
@@ -703,7 +704,8 @@
     );
   }
 
-  // columns: [label, value of a row, cell class ('num' for counts, 'nowrap', or the default 'text')]
+  // columns: [label, value of a row, cell class ('num' for counts, 'nowrap', 'trunc' for one line
+  // cut with an ellipsis and the whole value in its title, or the default 'text')]
   // filterBy: [dimension, value of a row]: each row filters the dashboard by its value on click.
   function table(testid, columns, rows, empty, wide, filterBy) {
     if (!rows.length) return h('p', { class: 'empty', 'data-testid': testid, text: empty });
@@ -734,7 +736,7 @@
         'table',
         { 'data-testid': testid, class: wide ? 'wide-table' : null },
         h('thead', {}, h('tr', {}, columns.map(([label, , kind]) => h('th', { class: kind === 'num' ? 'num' : null, text: label })))),
-        h('tbody', {}, rows.map((row) => h('tr', rowProps(row), columns.map(([, get, kind]) => h('td', { class: kind || 'text', text: get(row) })))))
+        h('tbody', {}, rows.map((row) => h('tr', rowProps(row), columns.map(([, get, kind]) => h('td', { class: kind || 'text', text: get(row), title: kind === 'trunc' ? String(get(row)) : null })))))
       )
     );
   }
@@ -819,37 +821,142 @@
     yaxis: { gridcolor: '#e2e8f0', rangemode: 'tozero', automargin: true, tickformat: ',d' },
   };
 
-  function plot(el, data, layout) {
+  function plot(el, data, layout, config = {}) {
     if (!window.Plotly) {
       el.replaceChildren(notice('The charts could not be loaded; the numbers on this page are still right.', 'error'));
       return;
     }
     const merged = { ...BASE_LAYOUT, ...layout, xaxis: { ...BASE_LAYOUT.xaxis, ...(layout.xaxis || {}) }, yaxis: { ...BASE_LAYOUT.yaxis, ...(layout.yaxis || {}) } };
-    window.Plotly.newPlot(el, data, merged, { displayModeBar: false, responsive: true, displaylogo: false });
-    cleanups.push(() => window.Plotly.purge(el));
+    const drawn = window.Plotly.newPlot(el, data, merged, { displayModeBar: false, responsive: true, displaylogo: false, ...config });
+    // Purged once drawn: a map still fetching its shapes would otherwise finish on a purged chart.
+    cleanups.push(() => Promise.resolve(drawn).then(() => window.Plotly.purge(el), () => window.Plotly.purge(el)));
   }
 
   // Whole numbers on count axes: Plotly would otherwise tick 0.5 steps for small counts.
   const countAxis = (max) => ({ rangemode: 'tozero', tickformat: ',d', ...(max <= 8 ? { dtick: 1 } : {}) });
 
-  function drawCharts(boxes, d, days) {
-    const x = d.timeline.map((t) => t.day);
-    // One label every few days, as many as the chart's width holds without overlapping.
-    const fit = Math.max(2, Math.floor((boxes.timeline.clientWidth || 600) / 64));
-    const every = Math.ceil(days / fit) * 86400000;
+  // --- places: ISO 3166-1 codes, names and the world map ---------------------------------------
+
+  // alpha-2 -> alpha-3 (plotly's world map names countries by alpha-3), from Debian's iso-codes
+  // 4.15 (iso_3166-1.json), as one string of 5-letter pairs.
+  const ISO2_TO_3 = (() => {
+    const packed =
+      'ADANDAEAREAFAFGAGATGAIAIAALALBAMARMAOAGOAQATAARARGASASMATAUTAUAUSAWABWAXALAAZAZEBABIHBBBRBBDBGDBEBELBFBFABGBGRBHBHRBIBDIBJBENBLBLMBMBMUBNBRNBOBOLBQBESBRBRABSBHSBTBTNBVBVTBWBWABYBLRBZBLZCACANCCCCKCDCODCFCAFCGCOGCHCHECICIVCKCOKCLCHLCMCMRCNCHNCOCOLCRCRICUCUBCVCPVCWCUWCXCXRCYCYPCZCZEDEDEUDJDJIDKDNKDMDMADODOMDZDZAECECUEEESTEGEGYEHESHERERIESESPETETHFIFINFJFJIFKFLKFMFSMFOFROFRFRAGAGABGBGBRGDGRDGEGEOGFGUFGGGGYGHGHAGIGIBGLGRLGMGMBGNGINGPGLPGQGNQGRGRCGSSGSGTGTMGUGUMGWGNBGYGUYHKHKGHMHMDHNHNDHRHRVHTHTIHUHUNIDIDNIEIRLILISRIMIMNININDIOIOTIQIRQIRIRNISISLITITAJEJEYJMJAMJOJORJPJPNKEKENKGKGZKHKHMKIKIRKMCOMKNKNAKPPRKKRKORKWKWTKYCYMKZKAZLALAOLBLBNLCLCALILIELKLKALRLBRLSLSOLTLTULULUXLVLVALYLBYMAMARMCMCOMDMDAMEMNEMFMAFMGMDGMHMHLMKMKDMLMLIMMMMRMNMNGMOMACMPMNPMQMTQMRMRTMSMSRMTMLTMUMUSMVMDVMWMWIMXMEXMYMYSMZMOZNANAMNCNCLNENERNFNFKNGNGANINICNLNLDNONORNPNPLNRNRUNUNIUNZNZLOMOMNPAPANPEPERPFPYFPGPNGPHPHLPKPAKPLPOLPMSPMPNPCNPRPRIPSPSEPTPRTPWPLWPYPRYQAQATREREUROROURSSRBRURUSRWRWASASAUSBSLBSCSYCSDSDNSESWESGSGPSHSHNSISVNSJSJMSKSVKSLSLESMSMRSNSENSOSOMSRSURSSSSDSTSTPSVSLVSXSXMSYSYRSZSWZTCTCATDTCDTFATFTGTGOTHTHATJTJKTKTKLTLTLSTMTKMTNTUNTOTONTRTURTTTTOTVTUVTWTWNTZTZAUAUKRUGUGAUMUMIUSUSAUYURYUZUZBVAVATVCVCTVEVENVGVGBVIVIRVNVNMVUVUTWFWLFWSWSMYEYEMYTMYTZAZAFZMZMBZWZWE';
+    const map = {};
+    for (let i = 0; i < packed.length; i += 5) map[packed.slice(i, i + 2)] = packed.slice(i + 2, i + 5);
+    return map;
+  })();
+
+  const regionNames = (() => {
+    try {
+      return new Intl.DisplayNames(['en'], { type: 'region' });
+    } catch (e) {
+      return null;
+    }
+  })();
+
+  // "DE" -> "Germany"; a code the browser does not know (and "Unknown") stays as it is.
+  function countryName(code) {
+    if (!/^[A-Z]{2}$/.test(code) || !regionNames) return code;
+    try {
+      return regionNames.of(code) || code;
+    } catch (e) {
+      return code;
+    }
+  }
+
+  // --- the project's calendar -----------------------------------------------------------------
+
+  // Today's date and hour in the project's zone, as the API counts them.
+  function localNow(tz) {
+    const parts = {};
+    try {
+      const fmt = new Intl.DateTimeFormat('en-CA', { timeZone: tz, year: 'numeric', month: '2-digit', day: '2-digit', hour: '2-digit', hourCycle: 'h23' });
+      for (const p of fmt.formatToParts(new Date())) parts[p.type] = p.value;
+    } catch (e) {
+      const d = new Date();
+      return { date: d.toISOString().slice(0, 10), hour: d.getUTCHours() };
+    }
+    return { date: `${parts.year}-${parts.month}-${parts.day}`, hour: Number(parts.hour) % 24 };
+  }
+
+  // An instant in the project's zone, short: "Nov 23, 14:05:09".
+  function whenIn(iso, tz) {
+    try {
+      return new Date(iso).toLocaleString('en-US', { timeZone: tz, month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit', second: '2-digit', hourCycle: 'h23' });
+    } catch (e) {
+      return when(iso);
+    }
+  }
+
+  // The single local day the view shows, or '' for a longer window.
+  const oneDay = (r, tz) => (r.from && r.to ? (r.from === r.to ? r.from : '') : r.days === 1 ? localNow(tz).date : '');
+
+  // Visitors, pageviews and events per local hour of that day, from the query API (rows with
+  // nothing are left out there, so every hour is filled in here; today stops at this hour).
+  async function hourlyPoints(project, r, date) {
+    const body = {
+      site_id: project.id,
+      metrics: ['visitors', 'pageviews', 'events'],
+      date_range: r.from && r.to ? [date, date] : 'day',
+      dimensions: ['time:hour'],
+    };
+    if (r.filters.length) body.filters = r.filters;
+    const { results } = await api('POST', '/api/v2/query', body);
+    const byHour = new Map(results.map((row) => [row.dimensions[0], row.metrics]));
+    const now = localNow(project.timezone);
+    const last = date === now.date ? now.hour : 23;
+    const points = [];
+    for (let hour = 0; hour <= last; hour += 1) {
+      const key = `${date} ${String(hour).padStart(2, '0')}:00:00`;
+      const [visitors, pageviews, events] = byHour.get(key) || [0, 0, 0];
+      points.push({ x: key, visitors, pageviews, events });
+    }
+    return points;
+  }
+
+  // --- the main chart -------------------------------------------------------------------------
+
+  const METRICS = [
+    ['visitors', 'Visitors', COLORS[0]],
+    ['pageviews', 'Pageviews', COLORS[1]],
+    ['events', 'Events', COLORS[4]],
+  ];
+
+  // Visitors (or pageviews, or events) per day, or per hour of a single day. Every metric is a
+  // trace and only the chosen one is visible, so the toggle restyles the drawn chart (traces
+  // added to boxes.timeline afterwards, such as a comparison, stay as they are).
+  function drawTimeline(el, points, unit, metric) {
+    const x = points.map((p) => p.x);
+    const max = Math.max(0, ...points.map((p) => Math.max(p.visitors, p.pageviews, p.events)));
+    let xaxis;
+    if (unit === 'hour') xaxis = { type: 'date', tickformat: '%H:%M', dtick: 3 * 3600000, tickangle: 0 };
+    else {
+      // One label every few days, as many as the chart's width holds without overlapping.
+      const fit = Math.max(2, Math.floor((el.clientWidth || 600) / 64));
+      xaxis = { type: 'date', tickformat: '%b %d', dtick: Math.max(1, Math.ceil(points.length / fit)) * 86400000, tickangle: 0 };
+    }
+    const per = unit === 'hour' ? '%{x|%H:%M}' : '%{x|%b %d}';
     plot(
-      boxes.timeline,
-      [
-        { type: 'bar', name: 'Events', x, y: d.timeline.map((t) => t.events), marker: { color: '#93c5fd' }, hovertemplate: '%{x}: %{y:,} events<extra></extra>' },
-        { type: 'scatter', mode: 'lines+markers', name: 'Pageviews', x, y: d.timeline.map((t) => t.pageviews), line: { color: COLORS[0], width: 2 }, hovertemplate: '%{x}: %{y:,} pageviews<extra></extra>' },
-      ],
-      {
-        margin: { l: 44, r: 12, t: 28, b: 32 },
-        legend: { orientation: 'h', x: 0, y: 1.14 },
-        xaxis: { type: 'date', tickformat: '%b %d', dtick: every, tickangle: 0 },
-        yaxis: countAxis(Math.max(...d.timeline.map((t) => t.events))),
-      }
+      el,
+      METRICS.map(([key, label, color]) => ({
+        type: 'scatter',
+        mode: points.length > 48 ? 'lines' : 'lines+markers',
+        name: label,
+        x,
+        y: points.map((p) => p[key]),
+        visible: key === metric,
+        fill: 'tozeroy',
+        line: { color, width: 2, shape: 'linear' },
+        hovertemplate: `${per}: %{y:,} ${label.toLowerCase()}<extra></extra>`,
+      })),
+      { margin: { l: 44, r: 12, t: 12, b: 32 }, showlegend: false, xaxis, yaxis: countAxis(max) }
     );
+    el.dataset.unit = unit;
+    el.dataset.metric = metric;
+  }
+
+  function drawCharts(boxes, d, tz) {
     plot(
       boxes.heatmap,
       [
@@ -864,34 +971,190 @@
           ],
           xgap: 2,
           showscale: false,
-          hovertemplate: '%{x}:00–%{x}:59 UTC: %{z:,} events<extra></extra>',
+          hovertemplate: '%{x}:00–%{x}:59: %{z:,} events<extra></extra>',
         },
       ],
-      { height: 120, margin: { l: 56, r: 12, t: 8, b: 36 }, xaxis: { dtick: 3, title: { text: 'hour of day (UTC)' } }, yaxis: { tickformat: '' } }
+      { height: 120, margin: { l: 56, r: 12, t: 8, b: 36 }, xaxis: { dtick: 3, title: { text: `local hour of day (${tz})` } }, yaxis: { tickformat: '' } }
     );
-    const bars = (rows, key, color) => [
+    const rows = d.eventBreakdown.filter((r) => r.name !== 'session_end');
+    if (!rows.length) return;
+    plot(
+      boxes.events,
+      [
+        {
+          type: 'bar',
+          orientation: 'h',
+          y: rows.map((r) => r.name).reverse(),
+          x: rows.map((r) => r.count).reverse(),
+          marker: { color: COLORS[4] },
+          hovertemplate: '%{y}: %{x:,}<extra></extra>',
+        },
+      ],
       {
-        type: 'bar',
-        orientation: 'h',
-        y: rows.map((r) => r[key]).reverse(),
-        x: rows.map((r) => r.count).reverse(),
-        marker: { color },
-        hovertemplate: '%{y}: %{x:,}<extra></extra>',
-      },
-    ];
-    const barLayout = (rows) => ({
-      height: Math.max(140, 40 + rows.length * 26),
-      margin: { l: 110, r: 12, t: 8, b: 32 },
-      xaxis: countAxis(Math.max(...rows.map((r) => r.count))),
-      yaxis: { automargin: true, tickformat: '' },
-    });
-    plot(boxes.browsers, bars(d.browserBreakdown, 'browser', COLORS[1]), barLayout(d.browserBreakdown));
-    plot(boxes.devices, bars(d.deviceBreakdown, 'deviceType', COLORS[2]), barLayout(d.deviceBreakdown));
-    plot(boxes.events, bars(d.eventBreakdown, 'name', COLORS[4]), barLayout(d.eventBreakdown));
+        height: Math.max(140, 40 + rows.length * 26),
+        margin: { l: 110, r: 12, t: 8, b: 32 },
+        xaxis: countAxis(Math.max(...rows.map((r) => r.count))),
+        yaxis: { automargin: true, tickformat: '' },
+      }
+    );
+    // A bar filters the dashboard by its event, as the rows below do.
+    if (boxes.events.on) boxes.events.on('plotly_click', (ev) => ev.points && ev.points.length && addFilter('event', String(ev.points[0].y)));
   }
+
+  // --- breakdown panels: each loads GET /api/breakdown on its own -----------------------------
+
+  const BY_LABEL = {
+    source: 'Source',
+    channel: 'Channel',
+    referrer: 'Referrer',
+    utmSource: 'UTM source',
+    utmMedium: 'UTM medium',
+    utmCampaign: 'Campaign',
+    country: 'Country',
+    path: 'Page',
+    entryPage: 'Entry page',
+    exitPage: 'Exit page',
+    os: 'Operating system',
+    browser: 'Browser',
+    deviceType: 'Device',
+  };
+  const PANEL_LIMIT = 10;
+  const MAP_LIMIT = 250; // every country there is: the map colours them all
+
+  // spec: {id, title, tabs: [[by, tab label]], limit, wide, map}. A panel shows "Loading…",
+  // then its rows (each filters the dashboard by its value on click), or its own error with a
+  // retry: a panel that fails leaves the rest of the page as it is.
+  function breakdownPanel(project, r, gen, spec) {
+    const limit = spec.limit || PANEL_LIMIT;
+    const body = h('div', { class: 'panel-body' });
+    const mapBox = spec.map ? chartBox('countries') : null;
+    let current = spec.tabs[0][0];
+    let rows = [];
+    // The CSV of the rows shown, named after the project, the dimension and the window.
+    const span = r.from && r.to ? `${r.from}_${r.to}` : `${r.days}d`;
+    const csvName = () => `tally-${project.id}-${current}-${span}.csv`;
+    const csvButton = h('button', {
+      type: 'button',
+      class: 'link',
+      text: 'Download CSV',
+      'data-csv': csvName(),
+      onclick: () =>
+        saveCsv(
+          csvName(),
+          [current, 'visitors', 'pageviews', 'events'],
+          rows.map((x) => [x.value, x.visitors, x.pageviews, x.events])
+        ),
+    });
+    const tabButtons = spec.tabs.map(([by, label]) =>
+      h('button', { type: 'button', class: 'tab-button', role: 'tab', 'data-by': by, 'aria-selected': String(by === current), text: label, onclick: () => pick(by) })
+    );
+    const section = h(
+      'section',
+      { class: `card panel${spec.wide ? ' wide' : ''}`, 'data-panel': spec.id, 'data-state': 'loading' },
+      h('div', { class: 'panel-head' }, h('h2', { text: spec.title }), csvButton),
+      spec.tabs.length > 1 ? h('div', { class: 'panel-tabs', role: 'tablist' }, tabButtons) : null,
+      mapBox,
+      body
+    );
+
+    function pick(by) {
+      current = by;
+      csvButton.dataset.csv = csvName();
+      for (const b of tabButtons) b.setAttribute('aria-selected', String(b.dataset.by === by));
+      load();
+    }
+
+    async function load() {
+      const by = current;
+      section.dataset.state = 'loading';
+      section.dataset.by = by;
+      body.replaceChildren(h('p', { class: 'muted', text: 'Loading…' }));
+      let answer;
+      try {
+        answer = await api('GET', `/api/breakdown?${apiQuery(project.id, r, { by, limit })}`);
+      } catch (err) {
+        if (gen !== generation || by !== current) return;
+        section.dataset.state = 'error';
+        showError(body, err, load);
+        return;
+      }
+      if (gen !== generation || by !== current) return;
+      rows = answer.rows;
+      const total = Math.max(1, ...rows.map((x) => x.visitors));
+      const show = by === 'country' ? (x) => countryName(x.value) : (x) => x.value;
+      const tableEl = table(
+        `breakdown-${by}`,
+        [
+          [BY_LABEL[by], show, 'trunc'],
+          ['Visitors', (x) => num(x.visitors), 'num'],
+          ['Pageviews', (x) => num(x.pageviews), 'num'],
+        ],
+        rows,
+        'Nothing in this window yet.',
+        false,
+        [by, (x) => x.value]
+      );
+      // Each row's share of the top row's visitors, as a bar behind it (set through the CSSOM,
+      // which the page's CSP allows; no inline style attribute).
+      tableEl.querySelectorAll('tbody tr').forEach((tr, i) => tr.style.setProperty('--share', `${Math.round((rows[i].visitors / total) * 100)}%`));
+      body.replaceChildren(by === 'country' ? h('div', { class: 'scroll-list' }, tableEl) : tableEl);
+      if (mapBox) drawMap(mapBox, rows);
+      section.dataset.state = 'ready';
+    }
+
+    load();
+    return section;
+  }
+
+  // Countries on a world map (plotly's choropleth). The map's shapes are Natural Earth's, shipped
+  // with Tally and served from /assets/ (plotly's default fetches them from a CDN).
+  function drawMap(el, rows) {
+    const known = rows.filter((x) => ISO2_TO_3[x.value]);
+    plot(
+      el,
+      [
+        {
+          type: 'choropleth',
+          locationmode: 'ISO-3',
+          locations: known.map((x) => ISO2_TO_3[x.value]),
+          z: known.map((x) => x.visitors),
+          text: known.map((x) => countryName(x.value)),
+          colorscale: [
+            [0, '#bfdbfe'],
+            [1, COLORS[0]],
+          ],
+          zmin: 0,
+          showscale: false,
+          marker: { line: { color: '#ffffff', width: 0.5 } },
+          hovertemplate: '%{text}: %{z:,} visitors<extra></extra>',
+        },
+      ],
+      {
+        // The projection is about twice as wide as high: no empty band under it on a phone.
+        height: Math.round(Math.max(170, Math.min(320, (el.clientWidth || 500) * 0.52))),
+        margin: { l: 0, r: 0, t: 0, b: 0 },
+        geo: {
+          projection: { type: 'natural earth' },
+          showframe: false,
+          showcoastlines: false,
+          showcountries: true,
+          countrycolor: '#cbd5e1',
+          showland: true,
+          landcolor: '#f1f5f9',
+          bgcolor: 'rgba(0,0,0,0)',
+          lataxis: { range: [-58, 85] },
+        },
+      },
+      { topojsonURL: '/assets/' }
+    );
+    if (el.on) el.on('plotly_click', (ev) => ev.points && ev.points.length && addFilter('country', known[ev.points[0].pointNumber].value));
+  }
+
+  // --- the dashboard --------------------------------------------------------------------------
 
   async function dashboardView(project, r, where, gen) {
     const days = r.days;
+    const tz = project.timezone;
     const select = h(
       'select',
       { id: 'window', name: 'days', onchange: () => go(viewParams(r, { days: Number(select.value), from: '', to: '' })) },
@@ -904,7 +1167,7 @@
     const exportStatus = h('span', { class: 'muted', id: 'export-status', 'aria-live': 'polite' });
     const exportButton = h('button', { type: 'button', id: 'export-events', text: 'Download raw events (CSV)', onclick: () => downloadEvents(project, days, exportStatus) });
     where.replaceChildren(
-      h('div', { class: 'controls' }, h('label', { for: 'window', text: 'Window' }), select, refresh, exportButton, h('span', { class: 'muted', text: 'Days and hours are UTC.' }), exportStatus),
+      h('div', { class: 'controls' }, h('label', { for: 'window', text: 'Window' }), select, refresh, exportButton, h('span', { class: 'muted', 'data-testid': 'zone-note', text: `Days and hours in ${tz}.` }), exportStatus),
       body
     );
 
@@ -914,9 +1177,14 @@
     }
 
     async function load() {
+      const date = oneDay(r, tz);
+      // A single day is drawn as its hours; asked for alongside the dashboard, and if it fails
+      // the day's own total is drawn instead.
+      const hourly = date ? hourlyPoints(project, r, date).catch((err) => (err && err.status === 401 ? Promise.reject(err) : null)) : Promise.resolve(null);
       let d;
+      let hours;
       try {
-        d = await api('GET', `/api/dashboard?${apiQuery(project.id, r)}`);
+        [d, hours] = await Promise.all([api('GET', `/api/dashboard?${apiQuery(project.id, r)}`), hourly]);
       } catch (err) {
         if (gen === generation) showError(body, err, load);
         return;
@@ -927,96 +1195,173 @@
       const s = d.summary;
       setLive(d.liveVisitors);
       const cards = h('div', { class: 'cards', id: 'summary' }, CARDS.map(([key, label, fmt]) => card(key, label, String(s[key]), fmt(s[key]))), live);
-      const label = WINDOWS.find(([n]) => n === days)[1].toLowerCase();
+      const bots = h('p', {
+        class: 'muted bots',
+        'data-testid': 'bot-events',
+        'data-value': String(s.botEvents),
+        text: project.excludeBots === false ? 'Bots are counted like everyone else (see Settings).' : `${num(s.botEvents)} bot event${s.botEvents === 1 ? '' : 's'} left out (crawlers, monitors, headless browsers).`,
+      });
+      const label = r.from ? `${r.from} – ${r.to}` : WINDOWS.find(([n]) => n === days)[1].toLowerCase();
       if (!s.totalEvents) {
         body.replaceChildren(
           cards,
-          notice(`No events ${days === 1 ? 'today' : 'in the ' + label} yet. Once a site with the snippet is visited, its pageviews appear here.`, 'info', h('p', {}, link('Get the snippet', { project: project.id, tab: 'keys' })))
+          bots,
+          notice(`No events ${days === 1 && !r.from ? 'today' : 'in the ' + label} yet. Once a site with the snippet is visited, its pageviews appear here.`, 'info', h('p', {}, link('Get the snippet', { project: project.id, tab: 'keys' })))
         );
         return;
       }
       // Panel CSV files: what the panel shows, named after the project, the panel and the window.
-      const csvOf = (what, header, rows) => [`tally-${project.id}-${what}-${days}d.csv`, header, rows];
+      const span = r.from ? `${r.from}_${r.to}` : `${days}d`;
+      const csvOf = (what, header, rows) => [`tally-${project.id}-${what}-${span}.csv`, header, rows];
       const boxes = {
         timeline: chartBox('timeline'),
         heatmap: chartBox('heatmap'),
-        browsers: chartBox('browsers'),
-        devices: chartBox('devices'),
         events: chartBox('events'),
       };
+      const unit = hours ? 'hour' : 'day';
+      const points = hours || d.timeline.map((t) => ({ x: t.day, visitors: t.visitors, pageviews: t.pageviews, events: t.events }));
+      const title = h('h2', {});
+      const setTitle = (metric) => {
+        const name = METRICS.find(([k]) => k === metric)[1];
+        title.textContent = unit === 'hour' ? `${name} per hour, ${date}` : `${name} per day`;
+      };
+      const toggles = METRICS.map(([key, name]) =>
+        h('button', {
+          type: 'button',
+          class: 'tab-button',
+          'data-metric-toggle': key,
+          'aria-pressed': String(key === 'visitors'),
+          text: name,
+          onclick: () => {
+            for (const b of toggles) b.setAttribute('aria-pressed', String(b.dataset.metricToggle === key));
+            setTitle(key);
+            boxes.timeline.dataset.metric = key;
+            if (window.Plotly && boxes.timeline.data) window.Plotly.restyle(boxes.timeline, { visible: METRICS.map(([k]) => k === key) }, [0, 1, 2]);
+          },
+        })
+      );
+      setTitle('visitors');
+      const timelineCsv = csvOf(unit === 'hour' ? 'hourly-timeline' : 'daily', [unit === 'hour' ? 'hour' : 'day', 'visitors', 'pageviews', 'events'], points.map((p) => [p.x, p.visitors, p.pageviews, p.events]));
+      const timelinePanel = h(
+        'section',
+        { class: 'card panel wide', 'data-panel': 'timeline' },
+        h('div', { class: 'panel-head' }, title, h('button', { type: 'button', class: 'link', 'data-csv': timelineCsv[0], text: 'Download CSV', onclick: () => saveCsv(...timelineCsv) })),
+        h('div', { class: 'panel-tabs', role: 'group', 'aria-label': 'Metric' }, toggles),
+        boxes.timeline
+      );
+      const sessionEnds = d.eventBreakdown.find((e) => e.name === 'session_end');
+      const named = d.eventBreakdown.filter((e) => e.name !== 'session_end');
+      const bp = (spec) => breakdownPanel(project, r, gen, spec);
       body.replaceChildren(
         cards,
+        bots,
         h(
           'div',
           { class: 'panels' },
-          panel('Events and pageviews per day', boxes.timeline, true, csvOf('daily', ['day', 'events', 'pageviews'], d.timeline.map((t) => [t.day, t.events, t.pageviews]))),
-          panel('Events by hour of day', boxes.heatmap, true, csvOf('hourly', ['hour_utc', 'events'], d.hourlyHeatmap.map((e) => [e.hour, e.count]))),
-          panel(
-            'Top pages',
-            table('top-paths', [['Path', (r) => r.path], ['Views', (r) => num(r.views), 'num']], d.topPaths, 'No pageviews with a path yet.', false, ['path', (r) => r.path]),
-            false,
-            csvOf('top-pages', ['path', 'views'], d.topPaths.map((r) => [r.path, r.views]))
-          ),
-          panel(
-            'Top referrers',
-            table('top-referrers', [['Referrer', (r) => r.referrer], ['Pageviews', (r) => num(r.count), 'num']], d.topReferrers, 'No pageviews came from other sites.', false, ['referrer', (r) => r.referrer]),
-            false,
-            csvOf('top-referrers', ['referrer', 'pageviews'], d.topReferrers.map((r) => [r.referrer, r.count]))
-          ),
-          panel('Browsers', boxes.browsers, false, csvOf('browsers', ['browser', 'events'], d.browserBreakdown.map((r) => [r.browser, r.count]))),
-          panel('Devices', boxes.devices, false, csvOf('devices', ['device_type', 'events'], d.deviceBreakdown.map((r) => [r.deviceType, r.count]))),
+          timelinePanel,
+          bp({
+            id: 'sources',
+            title: 'Sources',
+            tabs: [
+              ['source', 'Sources'],
+              ['channel', 'Channels'],
+              ['utmCampaign', 'Campaigns'],
+              ['utmSource', 'UTM source'],
+              ['utmMedium', 'UTM medium'],
+              ['referrer', 'Referrers'],
+            ],
+          }),
+          bp({ id: 'pages', title: 'Pages', tabs: [['path', 'Top pages']] }),
+          bp({ id: 'countries', title: 'Countries', tabs: [['country', 'Countries']], limit: MAP_LIMIT, map: true }),
+          bp({
+            id: 'entry-exit',
+            title: 'Entry and exit pages',
+            tabs: [
+              ['entryPage', 'Entry pages'],
+              ['exitPage', 'Exit pages'],
+            ],
+          }),
+          bp({ id: 'os', title: 'Operating systems', tabs: [['os', 'Operating systems']] }),
+          bp({ id: 'browsers', title: 'Browsers', tabs: [['browser', 'Browsers']] }),
+          bp({ id: 'devices', title: 'Devices', tabs: [['deviceType', 'Devices']] }),
           panel(
             'Events by name',
-            h('div', {}, boxes.events, table('event-breakdown', [['Event', (r) => r.name], ['Count', (r) => num(r.count), 'num']], d.eventBreakdown, 'No events.')),
+            h(
+              'div',
+              {},
+              boxes.events,
+              table('event-breakdown', [['Event', (e) => e.name, 'trunc'], ['Count', (e) => num(e.count), 'num']], named, 'No events but pageviews’ session ends.', false, ['event', (e) => e.name]),
+              // session_end is one per visit that ended: it would outnumber every real event,
+              // and it says how long visits last, which "Avg. session" shows.
+              sessionEnds
+                ? h('p', { class: 'muted note', 'data-testid': 'session-ends', text: `Not shown: ${num(sessionEnds.count)} session_end event${sessionEnds.count === 1 ? '' : 's'}, sent when a visit ends; they measure “Avg. session”.` })
+                : null
+            ),
             false,
-            csvOf('events-by-name', ['name', 'events'], d.eventBreakdown.map((r) => [r.name, r.count]))
+            csvOf('events-by-name', ['name', 'events'], d.eventBreakdown.map((e) => [e.name, e.count]))
           ),
+          panel('Events by hour of day', boxes.heatmap, false, csvOf('hourly', ['local_hour', 'events'], d.hourlyHeatmap.map((e) => [e.hour, e.count]))),
           panel(
             'Recent events',
             table(
               'recent-events',
               [
-                ['Time', (r) => when(r.occurredAt), 'nowrap'],
-                ['Event', (r) => r.name],
-                ['Path', (r) => r.path || '–'],
-                ['Visitor', (r) => (r.visitorId ? r.visitorId.slice(0, 8) : '–'), 'nowrap mono'],
+                [`Time (${tz})`, (e) => whenIn(e.occurredAt, tz), 'nowrap'],
+                ['Event', (e) => e.name],
+                ['Path', (e) => e.path || '–', 'trunc'],
+                ['Visitor', (e) => (e.visitorId ? e.visitorId.slice(0, 8) : '–'), 'nowrap mono'],
               ],
               d.recentEvents,
               'No events yet.',
               true
             ),
             true,
-            csvOf('recent-events', ['occurred_at', 'name', 'path', 'visitor_id'], d.recentEvents.map((r) => [r.occurredAt, r.name, r.path, r.visitorId]))
+            csvOf('recent-events', ['occurred_at', 'name', 'path', 'visitor_id'], d.recentEvents.map((e) => [e.occurredAt, e.name, e.path, e.visitorId]))
           )
-        )
+        ),
+        h('p', { class: 'muted attribution' }, 'Countries: ', h('a', { href: 'https://db-ip.com', text: 'IP Geolocation by DB-IP' }), ' (CC BY 4.0); map shapes: Natural Earth.')
       );
-      drawCharts(boxes, d, days);
+      drawTimeline(boxes.timeline, points, unit, 'visitors');
+      drawCharts(boxes, d, tz);
     }
 
-    // Live visitors: a one-day dashboard every few seconds while the page is visible.
+    // Live visitors: GET /api/live (it reads only the last 5 minutes) every few seconds while the
+    // page is visible, and at once when it becomes visible again.
     function startLive() {
+      const url = `/api/live?${new URLSearchParams({ projectId: project.id })}`;
       let timer = 0;
       let stopped = false;
+      let busy = false;
       const tick = async () => {
-        if (stopped) return;
+        if (stopped || busy) return;
+        clearTimeout(timer);
         if (!document.hidden) {
+          busy = true;
           try {
-            const d = await api('GET', `/api/dashboard?projectId=${project.id}&days=1`);
+            const answer = await api('GET', url);
             if (stopped) return;
-            setLive(d.liveVisitors);
+            setLive(answer.liveVisitors);
             live.classList.remove('stale');
+            live.removeAttribute('title');
           } catch (err) {
             if (err.status === 401 || stopped) return;
             live.classList.add('stale');
             live.title = `Live count paused: ${err.message}`;
+          } finally {
+            busy = false;
           }
         }
         timer = setTimeout(tick, LIVE_EVERY_MS);
       };
+      const onVisible = () => {
+        if (!document.hidden) tick();
+      };
+      document.addEventListener('visibilitychange', onVisible);
       timer = setTimeout(tick, LIVE_EVERY_MS);
       cleanups.push(() => {
         stopped = true;
         clearTimeout(timer);
+        document.removeEventListener('visibilitychange', onVisible);
       });
     }
 
