@@ -11,8 +11,7 @@ from msgspec import Struct
 from ..domain.ids import utcnow
 from ..domain.metrics import LIVE_WINDOW
 from ..storage.live import live_visitors
-from .auth import session_guard
-from .controllers import ProjectIdParam, _errors, _project_settings, _user
+from .access import ProjectIdParam, asking_user, project_route, project_settings
 
 WINDOW_SECONDS = int(LIVE_WINDOW.total_seconds())
 
@@ -24,17 +23,14 @@ class Live(Struct, rename="camel"):
 
 @get(
     "/api/live",
-    guards=[session_guard],
-    responses=_errors(400, 401, 404, 429, 503),
-    tags=["dashboard"],
-    security=[{"session": []}],
+    **project_route("dashboard"),
     summary="A project's live visitors (the last 5 minutes)",
     description="The dashboard's liveVisitors on its own: distinct visitor ids with an event in "
     "the last 5 minutes (bots left out when the project excludes them; filters do not apply). "
     "It reads only those minutes, so a page may poll it every few seconds.",
 )
 async def live(request: Request[Any, Any, Any], state: State, project_id: ProjectIdParam) -> Live:
-    user = _user(request)
-    _, exclude_bots = await _project_settings(state, user, project_id)
+    user = asking_user(request)
+    _, exclude_bots = await project_settings(state, user, project_id)
     count = await live_visitors(state.storage, project_id, utcnow(), exclude_bots=exclude_bots)
     return Live(live_visitors=count, window_seconds=WINDOW_SECONDS)
