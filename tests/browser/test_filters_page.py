@@ -320,6 +320,16 @@ def test_a_filter_the_api_refuses_says_so_and_clears(shop: Shop, browser: Any, w
     loaded(page)
     assert shown(page) == expected(shop.api(days=7))
 
+    # Filters that are not even JSON never reach the API: said, left out, and removable.
+    page.goto(shop.url(filters='[["is","path"'))
+    page.get_by_text("Some filters in this address could not be read").wait_for()
+    page.wait_for_selector("#summary")
+    assert shown(page) == expected(shop.api(days=7))
+    page.click("#drop-unread-filters")
+    page.wait_for_url(lambda u: "filters" not in u)
+    loaded(page)
+    assert page.get_by_text("could not be read").count() == 0
+
     # A date the API refuses in the URL (February 30): said, and the way back offered.
     page.goto(shop.url(**{"from": "2026-02-30", "to": "2026-03-02"}))
     alert = page.get_by_role("alert").filter(has_text="could not show this view")

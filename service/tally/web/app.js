@@ -1243,9 +1243,25 @@
         })
       );
     });
+    // filters= that route() could not read (not JSON, or not [op, dim, [values]]) is left out of
+    // the view: said, with the way to drop it from the address.
+    const raw = new URLSearchParams(location.search).get('filters');
+    let unread = false;
+    try {
+      unread = !!raw && JSON.parse(raw).length !== r.filters.length;
+    } catch (e) {
+      unread = !!raw;
+    }
     return h(
       'div',
       { class: 'filter-bar', id: 'filters', 'aria-label': 'Filters' },
+      unread
+        ? notice(
+            'Some filters in this address could not be read, so they are left out of the numbers below.',
+            'error',
+            h('p', {}, h('button', { type: 'button', id: 'drop-unread-filters', text: 'Remove them from the address', onclick: () => go(viewParams(r)) }))
+          )
+        : null,
       h('div', { class: 'chips' }, 
         h('span', { class: 'muted', text: r.filters.length ? 'Showing only:' : 'All traffic. Click a row of a panel to filter by it, or' }),
         chips,
@@ -1293,6 +1309,9 @@
       values,
       h('div', { class: 'editor-actions' }, h('button', { type: 'submit', class: 'primary', text: index >= 0 ? 'Change filter' : 'Add filter' }), h('button', { type: 'button', text: 'Cancel', onclick: close }), status)
     );
+    form.addEventListener('keydown', (e) => {
+      if (e.key === 'Escape') close();
+    });
     setTimeout(() => values.focus(), 0);
     return form;
   }
