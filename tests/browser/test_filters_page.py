@@ -182,6 +182,14 @@ def shop(tally: str, site: Site, browser: Any) -> Shop:
     return shop
 
 
+def a_year_later(day: str) -> str:
+    earlier = date.fromisoformat(day)
+    try:
+        return earlier.replace(year=earlier.year + 1).isoformat()
+    except ValueError:  # February 29
+        return date(earlier.year + 1, 3, 1).isoformat()
+
+
 def owner_page(shop: Shop, browser: Any, watch: Watch, url: str, **options: Any) -> Any:
     context = browser.new_context(viewport=DESKTOP, **options)
     page = watch(context.new_page())
@@ -408,6 +416,13 @@ def test_compare_shows_each_cards_change_and_the_earlier_timeline(
     assert set(yearly["change"].values()) == {None}
     texts = page.eval_on_selector_all("#summary .change", "els => els.map(e => e.textContent)")
     assert texts == ["– vs. previous year"] * len(CARDS)
+    # A year earlier, drawn on the same dates a year later (February 29 on March 1).
+    placed = page.evaluate(
+        "() => document.querySelector('[data-chart=timeline]').data"
+        ".filter(t => t.meta === 'comparison').map(t => [t.x, t.customdata])"
+    )
+    days = [t["day"] for t in yearly["timeline"]]
+    assert placed == [[[a_year_later(day) for day in days], days]] * 2
 
     # Off again: no comparison in the URL, none on the cards.
     page.select_option("#compare", "")

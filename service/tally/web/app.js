@@ -1362,12 +1362,20 @@
 
   // The compared range's timeline on the main chart, drawn after it: dotted lines of `metrics`
   // (one or several timeline fields) over the same days, each point hovering with its own date.
+  // The previous period's days are placed day by day over this range's, the previous year's on the
+  // same dates a year later (February 29 on March 1). A main chart that does not show the days of
+  // d.timeline (e.g. today's hours) gets nothing: the cards still carry the change.
   function drawComparison(el, d, metrics) {
     const c = d.comparison;
-    if (!c || !c.timeline || !c.timeline.length || !window.Plotly || !el.data) return;
-    const yearly = route().compare === 'previous_year';
+    if (!c || !c.timeline || !c.timeline.length || !window.Plotly || !el.data || !el.data.length) return;
     const x = d.timeline.map((t) => t.day);
-    const placed = c.timeline.map((t, i) => [yearly ? `${Number(t.day.slice(0, 4)) + 1}${t.day.slice(4)}` : x[i], t]).filter(([at]) => at !== undefined);
+    if (!el.data.some((trace) => trace.x && trace.x.length && String(trace.x[0]) === x[0])) return;
+    const yearly = route().compare === 'previous_year';
+    const nextYear = (day) => {
+      const moved = `${String(Number(day.slice(0, 4)) + 1).padStart(4, '0')}${day.slice(4)}`;
+      return realDate(moved) ? moved : addDays(moved.slice(0, 8) + '28', 1);
+    };
+    const placed = c.timeline.map((t, i) => [yearly ? nextYear(t.day) : x[i], t]).filter(([at]) => at !== undefined);
     const names = { events: 'Events', pageviews: 'Pageviews', visitors: 'Visitors' };
     const dashes = ['dot', 'dash', 'dashdot'];
     const traces = [metrics]
