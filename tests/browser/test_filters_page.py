@@ -305,6 +305,42 @@ def test_clicking_a_row_filters_and_a_chip_removes_it(shop: Shop, browser: Any, 
     watch.assert_clean()
 
 
+def test_a_bar_of_a_chart_and_a_row_of_events_filter_too(shop: Shop, browser: Any, watch: Watch):
+    page = owner_page(shop, browser, watch, shop.url())
+    loaded(page)
+    page.wait_for_selector("[data-chart=browsers] .trace.bars .point path")
+    page.locator("[data-chart=browsers]").scroll_into_view_if_needed()
+    bar = page.locator("[data-chart=browsers] .trace.bars .point path").first.bounding_box()
+    assert page.get_attribute("[data-chart=browsers]", "data-filter-dim") == "browser"
+    # Plotly picks the clicked bar from the hover before it: point at it, then click.
+    page.mouse.move(bar["x"] + bar["width"] / 2, bar["y"] + bar["height"] / 2)
+    page.locator("[data-chart=browsers] .hoverlayer .hovertext").wait_for()
+    page.mouse.down()
+    page.mouse.up()
+    page.wait_for_url(lambda u: "filters=" in u)
+    loaded(page)
+    chrome = [["is", "browser", ["Chrome"]]]
+    assert url_view(page)["filters"] == chrome
+    assert shown(page) == expected(shop.api(days=7, filters=chrome))
+    assert chips(page) == ["Browser is Chrome"]
+
+    # A row of "Events by name" adds a second filter (AND).
+    page.click('[data-testid=event-breakdown] tr[data-filter-value="session_end"]')
+    page.wait_for_url(lambda u: "session_end" in u)
+    loaded(page)
+    both = [*chrome, ["is", "event", ["session_end"]]]
+    assert url_view(page)["filters"] == both
+    answer = shop.api(days=7, filters=both)
+    assert answer["summary"]["totalEvents"] == 2 and answer["summary"]["pageviews"] == 0
+    assert shown(page) == expected(answer)
+    page.click("#clear-filters")
+    page.wait_for_url(lambda u: "filters" not in u)
+    loaded(page)
+    assert shown(page) == expected(shop.api(days=7))
+    page.context.close()
+    watch.assert_clean()
+
+
 def test_a_filter_the_api_refuses_says_so_and_clears(shop: Shop, browser: Any, watch: Watch):
     bad = [["is", "planet", ["Mars"]]]
     refused = httpx.get(

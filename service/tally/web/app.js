@@ -968,7 +968,7 @@
           panel('Devices', boxes.devices, false, csvOf('devices', ['device_type', 'events'], d.deviceBreakdown.map((r) => [r.deviceType, r.count]))),
           panel(
             'Events by name',
-            h('div', {}, boxes.events, table('event-breakdown', [['Event', (r) => r.name], ['Count', (r) => num(r.count), 'num']], d.eventBreakdown, 'No events.')),
+            h('div', {}, boxes.events, table('event-breakdown', [['Event', (r) => r.name], ['Count', (r) => num(r.count), 'num']], d.eventBreakdown, 'No events.', false, ['event', (r) => r.name])),
             false,
             csvOf('events-by-name', ['name', 'events'], d.eventBreakdown.map((r) => [r.name, r.count]))
           ),
@@ -993,6 +993,7 @@
       );
       drawCharts(boxes, d, r.from ? spanDays(r.from, r.to) : days); // page17: a custom range's length
       drawComparison(boxes.timeline, d, ['events', 'pageviews']); // page17: the compared range on the main chart
+      filterOnClick([[boxes.browsers, 'browser'], [boxes.devices, 'deviceType'], [boxes.events, 'event']]); // page17: a bar filters by its value
     }
 
     // Live visitors: a one-day dashboard every few seconds while the page is visible.
@@ -1357,6 +1358,19 @@
       }
       const data = pct === null || pct === undefined ? 'null' : String(pct);
       el.append(h('span', { class: `change ${kind}`, 'data-change': data, title: words, 'aria-label': words }, h('span', { class: 'delta', text }), ' ', h('span', { class: 'vs', text: vs })));
+    }
+  }
+
+  // Bars of the horizontal bar charts filter the dashboard by their value when clicked, as rows
+  // of the tables do: charts = [[element, dimension]].
+  function filterOnClick(charts) {
+    for (const [el, dim] of charts) {
+      if (!el || typeof el.on !== 'function') continue; // not drawn (plotly.js missing)
+      el.dataset.filterDim = dim;
+      el.on('plotly_click', (e) => {
+        const point = e && e.points && e.points[0];
+        if (point && point.y !== undefined) addFilter(dim, String(point.y));
+      });
     }
   }
 
