@@ -1263,7 +1263,9 @@
             h('p', {}, h('button', { type: 'button', id: 'drop-unread-filters', text: 'Remove them from the address', onclick: () => go(viewParams(r)) }))
           )
         : null,
-      h('div', { class: 'chips' }, 
+      h(
+        'div',
+        { class: 'chips' },
         h('span', { class: 'muted', text: r.filters.length ? 'Showing only:' : 'All traffic. Click a row of a panel to filter by it, or' }),
         chips,
         h('button', { type: 'button', class: 'link', id: 'add-filter', text: '+ Add filter', onclick: () => edit(-1) }),
