@@ -772,11 +772,11 @@
 
   const isoDay = (date) => date.toISOString().slice(0, 10);
 
-  // The raw events of the window, as Tally's export writes them (GET /api/export).
+  // The raw events of the view's range, as Tally's export writes them (GET /api/export): days =
+  // [from, to], the UTC days that cover the range's local days (exportDays).
   async function downloadEvents(project, days, status) {
-    const today = new Date();
-    const first = new Date(today.getTime() - (days - 1) * 86400000);
-    const query = `projectId=${project.id}&from=${isoDay(first)}&to=${isoDay(today)}&format=csv`;
+    const [from, to] = days;
+    const query = `projectId=${project.id}&from=${from}&to=${to}&format=csv`;
     status.textContent = 'Preparing the download…';
     let res;
     try {
@@ -998,7 +998,7 @@
       }
     );
     // A bar filters the dashboard by its event, as the rows below do.
-    if (boxes.events.on) boxes.events.on('plotly_click', (ev) => ev.points && ev.points.length && addFilter('event', String(ev.points[0].y)));
+    filterOnClick([[boxes.events, 'event']]);
   }
 
   // --- breakdown panels: each loads GET /api/breakdown on its own -----------------------------
@@ -1165,9 +1165,10 @@
     const body = h('div', { id: 'dashboard' }, h('p', { class: 'muted', text: 'Loading the dashboard…' }));
     const refresh = h('button', { type: 'button', text: 'Refresh', onclick: () => load() });
     const exportStatus = h('span', { class: 'muted', id: 'export-status', 'aria-live': 'polite' });
-    const exportButton = h('button', { type: 'button', id: 'export-events', text: 'Download raw events (CSV)', onclick: () => downloadEvents(project, days, exportStatus) });
+    const exportButton = h('button', { type: 'button', id: 'export-events', text: 'Download raw events (CSV)', onclick: () => downloadEvents(project, exportDays(project, r), exportStatus) }); // page17: the view's range
     where.replaceChildren(
       h('div', { class: 'controls' }, h('label', { for: 'window', text: 'Window' }), select, refresh, exportButton, h('span', { class: 'muted', 'data-testid': 'zone-note', text: `Days and hours in ${tz}.` }), exportStatus),
+      viewBar(project, r, select), // page17: custom range, compare toggle, filter chips
       body
     );
 
@@ -1186,7 +1187,7 @@
       try {
         [d, hours] = await Promise.all([api('GET', `/api/dashboard?${apiQuery(project.id, r)}`), hourly]);
       } catch (err) {
-        if (gen === generation) showError(body, err, load);
+        if (gen === generation) showViewError(body, err, r, load); // page17: a refused view says why
         return;
       }
       if (gen !== generation) return;
@@ -1195,24 +1196,23 @@
       const s = d.summary;
       setLive(d.liveVisitors);
       const cards = h('div', { class: 'cards', id: 'summary' }, CARDS.map(([key, label, fmt]) => card(key, label, String(s[key]), fmt(s[key]))), live);
+      showChanges(cards, d, r); // page17: each card's change against the compared range
       const bots = h('p', {
         class: 'muted bots',
         'data-testid': 'bot-events',
         'data-value': String(s.botEvents),
         text: project.excludeBots === false ? 'Bots are counted like everyone else (see Settings).' : `${num(s.botEvents)} bot event${s.botEvents === 1 ? '' : 's'} left out (crawlers, monitors, headless browsers).`,
       });
-      const label = r.from ? `${r.from} – ${r.to}` : WINDOWS.find(([n]) => n === days)[1].toLowerCase();
       if (!s.totalEvents) {
         body.replaceChildren(
           cards,
           bots,
-          notice(`No events ${days === 1 && !r.from ? 'today' : 'in the ' + label} yet. Once a site with the snippet is visited, its pageviews appear here.`, 'info', h('p', {}, link('Get the snippet', { project: project.id, tab: 'keys' })))
+          notice(emptyMessage(r), 'info', h('p', {}, link('Get the snippet', { project: project.id, tab: 'keys' })))
         );
         return;
       }
       // Panel CSV files: what the panel shows, named after the project, the panel and the window.
-      const span = r.from ? `${r.from}_${r.to}` : `${days}d`;
-      const csvOf = (what, header, rows) => [`tally-${project.id}-${what}-${span}.csv`, header, rows];
+      const csvOf = (what, header, rows) => [`tally-${project.id}-${what}-${rangeTag(r)}.csv`, header, rows]; // page17: the view's range
       const boxes = {
         timeline: chartBox('timeline'),
         heatmap: chartBox('heatmap'),
@@ -1236,7 +1236,11 @@
             for (const b of toggles) b.setAttribute('aria-pressed', String(b.dataset.metricToggle === key));
             setTitle(key);
             boxes.timeline.dataset.metric = key;
-            if (window.Plotly && boxes.timeline.data) window.Plotly.restyle(boxes.timeline, { visible: METRICS.map(([k]) => k === key) }, [0, 1, 2]);
+            if (window.Plotly && boxes.timeline.data) {
+              // this range's traces are the first three; a comparison's lines follow the same choice
+              const visible = boxes.timeline.data.map((t, i) => (i < METRICS.length ? METRICS[i][0] === key : t.meta === 'comparison' ? t.legendgroup === key : t.visible));
+              window.Plotly.restyle(boxes.timeline, { visible });
+            }
           },
         })
       );
@@ -1323,6 +1327,7 @@
       );
       drawTimeline(boxes.timeline, points, unit, 'visitors');
       drawCharts(boxes, d, tz);
+      drawComparison(boxes.timeline, d, METRICS.map(([key]) => key)); // the compared range on the main chart
     }
 
     // Live visitors: GET /api/live (it reads only the last 5 minutes) every few seconds while the
@@ -1366,6 +1371,383 @@
     }
 
     await load();
+  }
+
+  // --- filters, ranges and comparison ---------------------------------------------------------------
+  // The view bar above the dashboard: a custom date range next to the window presets, the compare
+  // toggle, and the filters as chips. It changes the view only through the URL
+  // (go(viewParams(...))), so a view can be bookmarked and shared, and back and forward step
+  // through the views; route() reads it back.
+
+  const DIMENSION_LABELS = {
+    path: 'Page',
+    entryPage: 'Entry page',
+    exitPage: 'Exit page',
+    source: 'Source',
+    channel: 'Channel',
+    referrer: 'Referrer',
+    utmSource: 'UTM source',
+    utmMedium: 'UTM medium',
+    utmCampaign: 'UTM campaign',
+    utmContent: 'UTM content',
+    utmTerm: 'UTM term',
+    country: 'Country',
+    browser: 'Browser',
+    os: 'Operating system',
+    deviceType: 'Device',
+    event: 'Event',
+  };
+  const OPERATOR_LABELS = { is: 'is', is_not: 'is not', contains: 'contains', contains_not: 'does not contain' };
+  const COMPARE_LABELS = { '': 'Nothing', previous_period: 'Previous period', previous_year: 'Previous year' };
+  const MAX_RANGE_DAYS = 366;
+  const FIRST_DATE = '1970-01-01';
+  const DAY_MS = 86400000;
+
+  // Local dates (YYYY-MM-DD) as UTC midnights, for day arithmetic that no DST change can bend.
+  const dayMs = (iso) => Date.UTC(Number(iso.slice(0, 4)), Number(iso.slice(5, 7)) - 1, Number(iso.slice(8, 10)));
+  const addDays = (iso, n) => isoDay(new Date(dayMs(iso) + n * DAY_MS));
+  const spanDays = (from, to) => Math.round((dayMs(to) - dayMs(from)) / DAY_MS) + 1;
+  const realDate = (iso) => ISO_DATE.test(iso) && iso >= '0001-01-01' && addDays(iso, 0) === iso;
+
+  // The wall-clock fields of instant t in zone, as numbers.
+  function zoneParts(zone, t) {
+    const parts = new Intl.DateTimeFormat('en-US', {
+      timeZone: zone,
+      hourCycle: 'h23',
+      year: 'numeric',
+      month: '2-digit',
+      day: '2-digit',
+      hour: '2-digit',
+      minute: '2-digit',
+      second: '2-digit',
+    }).formatToParts(new Date(t));
+    const get = (type) => Number(parts.find((p) => p.type === type).value);
+    return { y: get('year'), m: get('month'), d: get('day'), h: get('hour'), min: get('minute'), s: get('second') };
+  }
+
+  // Today's date in the project's zone: the last day of its "last N days".
+  function zoneToday(zone) {
+    try {
+      const p = zoneParts(zone, Date.now());
+      return `${String(p.y).padStart(4, '0')}-${String(p.m).padStart(2, '0')}-${String(p.d).padStart(2, '0')}`;
+    } catch (e) {
+      return isoDay(new Date());
+    }
+  }
+
+  // The UTC instant of local midnight starting `iso` in zone (two passes settle a DST change).
+  function zoneMidnight(iso, zone) {
+    const wall = dayMs(iso);
+    const offset = (t) => {
+      const p = zoneParts(zone, t);
+      return Date.UTC(p.y, p.m - 1, p.d, p.h, p.min, p.s) - Math.floor(t / 1000) * 1000;
+    };
+    let t = wall - offset(wall);
+    t = wall - offset(t);
+    return t;
+  }
+
+  // The local dates [from, to] the view r covers in zone.
+  function viewDates(zone, r) {
+    if (r.from && r.to) return [r.from, r.to];
+    const today = zoneToday(zone);
+    return [addDays(today, -(r.days - 1)), today];
+  }
+
+  // The UTC days of GET /api/export that cover the view's local days (its raw events, unfiltered).
+  function exportDays(project, r) {
+    const [from, to] = viewDates(project.timezone, r);
+    try {
+      const start = zoneMidnight(from, project.timezone);
+      const end = zoneMidnight(addDays(to, 1), project.timezone);
+      return [isoDay(new Date(start)), isoDay(new Date(end - 1))];
+    } catch (e) {
+      return [from, to];
+    }
+  }
+
+  // The range in CSV file names: "7d" for a preset, "2026-03-01_2026-03-31" for a custom range.
+  function rangeTag(r) {
+    return (r.from && r.to ? `${r.from}_${r.to}` : `${r.days}d`) + (r.filters.length ? '-filtered' : '');
+  }
+
+  function rangeWords(r) {
+    if (r.from && r.to) return r.from === r.to ? `on ${r.from}` : `from ${r.from} to ${r.to}`;
+    const found = WINDOWS.find(([n]) => n === r.days);
+    return r.days === 1 ? 'today' : `in the ${(found ? found[1] : `last ${r.days} days`).toLowerCase()}`;
+  }
+
+  // What an empty dashboard says: nothing yet, or nothing that matches the filters.
+  function emptyMessage(r) {
+    if (r.filters.length) return `No events match these filters ${rangeWords(r)}. Remove a filter above to see more.`;
+    return `No events ${rangeWords(r)} yet. Once a site with the snippet is visited, its pageviews appear here.`;
+  }
+
+  // In a chip: "Germany (DE)", the name and the code the filter holds.
+  const countryLabel = (code) => {
+    const name = countryName(code);
+    return name !== code ? `${name} (${code})` : code;
+  };
+
+  const dimensionLabel = (dim) => DIMENSION_LABELS[dim] || String(dim);
+  const operatorLabel = (op) => OPERATOR_LABELS[op] || String(op);
+  const valueLabel = (dim, v) => (dim === 'country' ? countryLabel(String(v)) : String(v) === '' ? '(none)' : String(v));
+  const filterWords = ([op, dim, values]) => `${dimensionLabel(dim)} ${operatorLabel(op)} ${values.map((v) => valueLabel(dim, v)).join(' or ')}`;
+
+  // The bar above the dashboard's body: range, comparison and filter chips. windowSelect is the
+  // preset select (#window): with a custom range it shows that range as its choice.
+  function viewBar(project, r, windowSelect) {
+    const today = zoneToday(project.timezone);
+    const [from, to] = viewDates(project.timezone, r);
+    if (r.from && windowSelect) {
+      windowSelect.append(h('option', { value: 'custom', text: `${r.from} – ${r.to}` }));
+      windowSelect.value = 'custom';
+    }
+    return h('div', { class: 'view-bar', id: 'view-bar' }, rangeForm(r, from, to, today), compareControl(r), filterBar(r));
+  }
+
+  function rangeForm(r, from, to, today) {
+    const first = h('input', { type: 'date', id: 'range-from', name: 'from', value: from, min: FIRST_DATE, max: today });
+    const last = h('input', { type: 'date', id: 'range-to', name: 'to', value: to, min: FIRST_DATE, max: today });
+    const status = h('span', { class: 'range-status', id: 'range-status', role: 'alert' });
+    return h(
+      'form',
+      {
+        class: 'range-form',
+        id: 'range-form',
+        onsubmit: (e) => {
+          e.preventDefault();
+          const problem = rangeProblem(first.value, last.value);
+          status.textContent = problem;
+          if (!problem) go(viewParams(r, { from: first.value, to: last.value }));
+        },
+      },
+      h('span', { class: 'range-title', text: 'Custom range' }),
+      h('label', { for: 'range-from', class: 'sr-only', text: 'First day' }),
+      first,
+      h('span', { 'aria-hidden': 'true', text: '–' }),
+      h('label', { for: 'range-to', class: 'sr-only', text: 'Last day' }),
+      last,
+      h('button', { type: 'submit', id: 'range-apply', text: 'Show range' }),
+      status
+    );
+  }
+
+  // What is wrong with a custom range, in words ('' when nothing is).
+  function rangeProblem(from, to) {
+    if (!from || !to) return 'Choose both the first and the last day.';
+    if (!realDate(from)) return 'The first day is not a date: write it as YYYY-MM-DD.';
+    if (!realDate(to)) return 'The last day is not a date: write it as YYYY-MM-DD.';
+    if (from < FIRST_DATE) return 'Tally keeps nothing before 1970: choose a later first day.';
+    if (from > to) return 'The first day is after the last day: swap them.';
+    const span = spanDays(from, to);
+    if (span > MAX_RANGE_DAYS) return `A range can cover at most ${MAX_RANGE_DAYS} days; this one has ${num(span)}.`;
+    return '';
+  }
+
+  function compareControl(r) {
+    const select = h(
+      'select',
+      { id: 'compare', name: 'compare', onchange: () => go(viewParams(r, { compare: select.value })) },
+      Object.entries(COMPARE_LABELS).map(([value, text]) => h('option', { value, text, selected: value === r.compare }))
+    );
+    return h('div', { class: 'compare-control' }, h('label', { for: 'compare', text: 'Compare with' }), select, h('span', { class: 'muted', id: 'compare-range' }));
+  }
+
+  // The filters as chips: each says what it keeps, opens an editor on click, and has an ×.
+  function filterBar(r) {
+    const editor = h('div', { class: 'filter-editor-slot' });
+    const edit = (index) => editor.replaceChildren(filterEditor(r, index, () => editor.replaceChildren()));
+    const chips = r.filters.map((f, i) => {
+      const words = filterWords(f);
+      return h(
+        'span',
+        { class: 'chip', 'data-filter-index': i, 'data-filter-dim': f[1], 'data-filter-op': f[0] },
+        h(
+          'button',
+          { type: 'button', class: 'chip-edit', title: `Change this filter: ${words}`, onclick: () => edit(i) },
+          h('span', { class: 'chip-dim', text: dimensionLabel(f[1]) }),
+          ` ${operatorLabel(f[0])} `,
+          h('span', { class: 'chip-values', text: f[2].map((v) => valueLabel(f[1], v)).join(' or ') })
+        ),
+        h('button', {
+          type: 'button',
+          class: 'chip-remove',
+          'aria-label': `Remove filter: ${words}`,
+          title: 'Remove this filter',
+          text: '×',
+          onclick: () => go(viewParams(r, { filters: r.filters.filter((_, j) => j !== i) })),
+        })
+      );
+    });
+    // filters= that route() could not read (not JSON, or not [op, dim, [values]]) is left out of
+    // the view: said, with the way to drop it from the address.
+    const raw = new URLSearchParams(location.search).get('filters');
+    let unread = false;
+    try {
+      unread = !!raw && JSON.parse(raw).length !== r.filters.length;
+    } catch (e) {
+      unread = !!raw;
+    }
+    return h(
+      'div',
+      { class: 'filter-bar', id: 'filters', 'aria-label': 'Filters' },
+      unread
+        ? notice(
+            'Some filters in this address could not be read, so they are left out of the numbers below.',
+            'error',
+            h('p', {}, h('button', { type: 'button', id: 'drop-unread-filters', text: 'Remove them from the address', onclick: () => go(viewParams(r)) }))
+          )
+        : null,
+      h(
+        'div',
+        { class: 'chips' },
+        h('span', { class: 'muted', text: r.filters.length ? 'Showing only:' : 'All traffic. Click a row of a panel to filter by it, or' }),
+        chips,
+        h('button', { type: 'button', class: 'link', id: 'add-filter', text: '+ Add filter', onclick: () => edit(-1) }),
+        r.filters.length ? h('button', { type: 'button', class: 'link', id: 'clear-filters', text: 'Clear all', onclick: () => go(viewParams(r, { filters: [] })) }) : null
+      ),
+      editor
+    );
+  }
+
+  // Changes filter `index` of the view (or adds one, index -1): dimension, operator, values.
+  function filterEditor(r, index, close) {
+    const [op0, dim0, values0] = index >= 0 ? r.filters[index] : ['is', 'path', []];
+    const dims = Object.keys(DIMENSION_LABELS).includes(dim0) ? Object.keys(DIMENSION_LABELS) : [dim0, ...Object.keys(DIMENSION_LABELS)];
+    const dim = h('select', { id: 'filter-dim', name: 'dimension' }, dims.map((d) => h('option', { value: d, text: dimensionLabel(d), selected: d === dim0 })));
+    const ops = Object.keys(OPERATOR_LABELS).includes(op0) ? Object.keys(OPERATOR_LABELS) : [op0, ...Object.keys(OPERATOR_LABELS)];
+    const op = h('select', { id: 'filter-op', name: 'operator' }, ops.map((o) => h('option', { value: o, text: operatorLabel(o), selected: o === op0 })));
+    const values = h('textarea', { id: 'filter-values', name: 'values', rows: 2, value: values0.join('\n'), placeholder: 'One value per line' });
+    const status = h('span', { class: 'range-status', role: 'alert' });
+    const form = h(
+      'form',
+      {
+        class: 'card filter-editor',
+        id: 'filter-editor',
+        onsubmit: (e) => {
+          e.preventDefault();
+          const list = values.value
+            .split('\n')
+            .map((v) => v.trim())
+            .filter((v) => v);
+          if (!list.length) {
+            status.textContent = 'Write at least one value, one per line.';
+            return;
+          }
+          const made = [op.value, dim.value, [...new Set(list)]];
+          const filters = index >= 0 ? r.filters.map((f, j) => (j === index ? made : f)) : r.filters.concat([made]);
+          go(viewParams(r, { filters }));
+        },
+      },
+      h('label', { for: 'filter-dim', class: 'sr-only', text: 'Dimension' }),
+      dim,
+      h('label', { for: 'filter-op', class: 'sr-only', text: 'Operator' }),
+      op,
+      h('label', { for: 'filter-values', class: 'sr-only', text: 'Values, one per line' }),
+      values,
+      h('div', { class: 'editor-actions' }, h('button', { type: 'submit', class: 'primary', text: index >= 0 ? 'Change filter' : 'Add filter' }), h('button', { type: 'button', text: 'Cancel', onclick: close }), status)
+    );
+    form.addEventListener('keydown', (e) => {
+      if (e.key === 'Escape') close();
+    });
+    setTimeout(() => values.focus(), 0);
+    return form;
+  }
+
+  // A view the API refuses (400 Invalid query: a hand-edited filter or date in the URL) says why,
+  // in the API's words, and offers the way back; other errors are shown as everywhere else.
+  function showViewError(where, err, r, retry) {
+    if (!(err && err.status === 400 && (r.filters.length || r.from || r.compare))) return showError(where, err, retry);
+    console.warn(err);
+    const ways = [];
+    if (r.filters.length) ways.push(h('button', { type: 'button', id: 'error-clear-filters', text: 'Clear the filters', onclick: () => go(viewParams(r, { filters: [] })) }));
+    if (r.from) ways.push(h('button', { type: 'button', id: 'error-clear-range', text: `Show the last ${DEFAULT_DAYS} days`, onclick: () => go(viewParams(r, { from: '', to: '', days: DEFAULT_DAYS })) }));
+    if (r.compare) ways.push(h('button', { type: 'button', text: 'Stop comparing', onclick: () => go(viewParams(r, { compare: '' })) }));
+    where.replaceChildren(notice(`Tally could not show this view. ${err.message}`, 'error', h('p', { class: 'actions' }, ways)));
+  }
+
+  // Each summary card's change against the compared range (comparison.change, in percent), with
+  // an arrow and words, not color alone; null (nothing to compare with) is "–".
+  const WORSE_WHEN_UP = new Set(['bounceRate']);
+
+  function showChanges(cards, d, r) {
+    cards.dataset.search = href(viewParams(r));
+    const c = d.comparison;
+    const note = document.getElementById('compare-range');
+    if (note) note.textContent = c ? `${c.from} – ${c.to}` : '';
+    if (!c || !c.change) return;
+    const vs = r.compare === 'previous_year' ? 'vs. previous year' : 'vs. previous period';
+    for (const el of cards.querySelectorAll('[data-metric]')) {
+      const key = el.dataset.metric;
+      if (!(key in c.change)) continue;
+      const pct = c.change[key];
+      const entry = CARDS.find(([k]) => k === key);
+      const before = c.summary && key in c.summary ? (entry ? entry[2] : num)(c.summary[key]) : '';
+      let text = '–';
+      let kind = 'none';
+      let words = `no change to show: ${c.from} to ${c.to} had none`;
+      if (pct !== null && pct !== undefined) {
+        const size = `${Math.abs(pct).toLocaleString('en-US')}%`;
+        text = `${pct > 0 ? '↑' : pct < 0 ? '↓' : '→'} ${size}`;
+        const up = pct > 0;
+        kind = pct === 0 ? 'flat' : up !== WORSE_WHEN_UP.has(key) ? 'good' : 'bad';
+        words = `${pct === 0 ? 'no change' : `${up ? 'up' : 'down'} ${size}`} compared with ${c.from} to ${c.to} (${before})`;
+      }
+      const data = pct === null || pct === undefined ? 'null' : String(pct);
+      el.append(h('span', { class: `change ${kind}`, 'data-change': data, title: words, 'aria-label': words }, h('span', { class: 'delta', text }), ' ', h('span', { class: 'vs', text: vs })));
+    }
+  }
+
+  // Bars of a horizontal bar chart filter the dashboard by their value when clicked, as rows of
+  // the tables do: charts = [[element, dimension]].
+  function filterOnClick(charts) {
+    for (const [el, dim] of charts) {
+      if (!el || typeof el.on !== 'function') continue; // not drawn (plotly.js missing)
+      el.dataset.filterDim = dim;
+      el.on('plotly_click', (e) => {
+        const point = e && e.points && e.points[0];
+        if (point && point.y !== undefined) addFilter(dim, String(point.y));
+      });
+    }
+  }
+
+  // The compared range's timeline on the main chart, drawn after it: dotted lines of `metrics`
+  // (one or several timeline fields) over the same days, each point hovering with its own date.
+  // The previous period's days are placed day by day over this range's, the previous year's on the
+  // same dates a year later (February 29 on March 1). A main chart that does not show the days of
+  // d.timeline (e.g. today's hours) gets nothing: the cards still carry the change.
+  function drawComparison(el, d, metrics) {
+    const c = d.comparison;
+    if (!c || !c.timeline || !c.timeline.length || !window.Plotly || !el.data || !el.data.length) return;
+    const x = d.timeline.map((t) => t.day);
+    if (!el.data.some((trace) => trace.x && trace.x.length && String(trace.x[0]) === x[0])) return;
+    const yearly = route().compare === 'previous_year';
+    const nextYear = (day) => {
+      const moved = `${String(Number(day.slice(0, 4)) + 1).padStart(4, '0')}${day.slice(4)}`;
+      return realDate(moved) ? moved : addDays(moved.slice(0, 8) + '28', 1);
+    };
+    const placed = c.timeline.map((t, i) => [yearly ? nextYear(t.day) : x[i], t]).filter(([at]) => at !== undefined);
+    const names = { events: 'Events', pageviews: 'Pageviews', visitors: 'Visitors' };
+    const dashes = ['dot', 'dash', 'dashdot'];
+    const traces = [metrics]
+      .flat()
+      .filter((m) => m in c.timeline[0])
+      .map((m, i) => ({
+        type: 'scatter',
+        mode: 'lines+markers',
+        name: `${names[m] || m}, ${c.from} – ${c.to}`,
+        x: placed.map(([at]) => at),
+        y: placed.map(([, t]) => t[m]),
+        customdata: placed.map(([, t]) => t.day),
+        line: { color: '#94a3b8', width: 2, dash: dashes[i % dashes.length] },
+        marker: { color: '#94a3b8', size: 5 },
+        hovertemplate: `%{customdata}: %{y:,} ${m}<extra></extra>`,
+        meta: 'comparison',
+        legendgroup: m,
+        visible: !el.dataset.metric || el.dataset.metric === m, // the main chart's metric toggle shows its own
+      }));
+    if (traces.length) window.Plotly.addTraces(el, traces);
   }
 
   // --- start ----------------------------------------------------------------------------------------
