@@ -448,11 +448,11 @@ def test_compare_shows_each_cards_change_and_the_earlier_timeline(
     )
     assert drawn == 2  # this period's visitors and the earlier period's
     page.click("[data-metric-toggle=pageviews]")
-    shown = page.evaluate(
+    visible = page.evaluate(
         "() => document.querySelector('[data-chart=timeline]').data"
         ".filter(t => t.visible !== false).map(t => t.name)"
     )
-    assert shown == ["Pageviews", f"Pageviews, {shop.day(-13)} – {shop.day(-7)}"]
+    assert visible == ["Pageviews", f"Pageviews, {shop.day(-13)} – {shop.day(-7)}"]
     page.click("[data-metric-toggle=visitors]")
     screenshot(page, "compare-desktop.png")
 
