@@ -245,7 +245,8 @@ def test_bots_are_left_out_of_the_served_dashboard(client):
     for days in (1, 7):
         got: dict[str, Any] = without_ids(fetch(client, project_id, days))
         assert got == dashboard(events, now, days)
-        assert got["summary"]["botEvents"] == 10
+        if days == 7:  # "today" may have begun within the hour the events span
+            assert got["summary"]["botEvents"] == 10
         assert "Googlebot" not in json.dumps(got)
     response = client.get(f"/api/dashboard?projectId={project_id}", headers=auth("mallory"))
     assert response.status_code == 404

@@ -72,7 +72,8 @@ def _query_parses(query: dict) -> bool:
     try:
         parse_range(None if days is None else int(days), query.get("from"), query.get("to"))
         parse_filters(query.get("filters"))
-    except (InvalidQuery, ValueError, TypeError):  # TypeError: a repeated parameter
+    # TypeError and AttributeError: a repeated parameter arrives as a list
+    except (InvalidQuery, ValueError, TypeError, AttributeError):
         return False
     return True
 
