@@ -244,7 +244,7 @@ def test_clicking_a_row_filters_and_a_chip_removes_it(shop: Shop, browser: Any, 
     assert chips(page) == []
 
     # A row of the pages table: only that page's traffic, in the URL and on the cards.
-    page.click('[data-testid=top-paths] tr[data-filter-value="/fp/blog"]')
+    page.click('[data-testid=breakdown-path] tr[data-filter-value="/fp/blog"]')
     page.wait_for_url(lambda u: "filters=" in u)
     loaded(page)
     only_blog = [["is", "path", ["/fp/blog"]]]
@@ -518,11 +518,11 @@ def test_a_custom_range_drives_cards_files_and_the_raw_download(
         f"{first} – {last}"
     )
     rows = page.eval_on_selector_all(
-        "[data-testid=top-paths] tbody tr", "rows => rows.map(r => r.dataset.filterValue)"
+        "[data-testid=breakdown-path] tbody tr", "rows => rows.map(r => r.dataset.filterValue)"
     )
     assert sorted(rows) == sorted(r["path"] for r in answer["topPaths"]) == ["/fp/", "/fp/old"]
     names = page.eval_on_selector_all("[data-csv]", "els => els.map(e => e.dataset.csv)")
-    assert f"tally-{shop.project_id}-top-pages-{first}_{last}.csv" in names
+    assert f"tally-{shop.project_id}-path-{first}_{last}.csv" in names
 
     # The raw events of the range: the UTC days that cover its Berlin days.
     with page.expect_download(timeout=30_000) as info:
@@ -535,7 +535,7 @@ def test_a_custom_range_drives_cards_files_and_the_raw_download(
     assert sorted(e["path"] for e in events) == ["/fp/", "/fp/", "/fp/old"]
 
     # A filter on top of the range, and a comparison: all three in the URL, numbers the API's.
-    page.click('[data-testid=top-paths] tr[data-filter-value="/fp/"]')
+    page.click('[data-testid=breakdown-path] tr[data-filter-value="/fp/"]')
     page.wait_for_url(lambda u: "filters=" in u)
     loaded(page)
     page.select_option("#compare", "previous_period")

@@ -1030,9 +1030,8 @@
     const mapBox = spec.map ? chartBox('countries') : null;
     let current = spec.tabs[0][0];
     let rows = [];
-    // The CSV of the rows shown, named after the project, the dimension and the window.
-    const span = r.from && r.to ? `${r.from}_${r.to}` : `${r.days}d`;
-    const csvName = () => `tally-${project.id}-${current}-${span}.csv`;
+    // The CSV of the rows shown, named after the project, the dimension and the view's range.
+    const csvName = () => `tally-${project.id}-${current}-${rangeTag(r)}.csv`;
     const csvButton = h('button', {
       type: 'button',
       class: 'link',
