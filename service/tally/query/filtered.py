@@ -41,7 +41,7 @@ def session_value(f_column: str, pick: str) -> str:
     return SESSION_VALUE[pick].format(c=f_column)
 
 
-def _match(expr: str, flt: Filter, param: str) -> str:
+def match(expr: str, flt: Filter, param: str) -> str:
     values = f"{{{param}:Array(String)}}"
     if flt.substring:
         hit = f"arrayExists(v -> position(lowerUTF8({expr}), lowerUTF8(v)) > 0, {values})"
@@ -65,13 +65,13 @@ def kept_sql(query: Query) -> str:
             f" AS v{j}"
             for j, f in enumerate(by_session)
         )
-        matched = " AND ".join(_match(f"v{j}", f, names[id(f)]) for j, f in enumerate(by_session))
+        matched = " AND ".join(match(f"v{j}", f, names[id(f)]) for j, f in enumerate(by_session))
         conditions.append(
             f"skey IN (SELECT skey FROM (SELECT skey, {values} FROM ({base_sql(query)}) "
             f"GROUP BY skey) WHERE {matched})"
         )
     for f in event_filters(query.filters):
-        conditions.append(_match(f"toString({f.dimension.column})", f, names[id(f)]))
+        conditions.append(match(f"toString({f.dimension.column})", f, names[id(f)]))
     where = " AND ".join(conditions) or "1"
     return f"SELECT * FROM ({base_sql(query)}) WHERE {where}"
 
