@@ -1,6 +1,7 @@
 """One-off: load a 10M-event tenant (benchmarks/generate.py's events, plus the issue-16 columns:
 source, channel, utm_*, country, a few percent bots) into a chDB data dir of its own, and wait
-for merges. Not part of the package. Usage: python scripts/speed_load.py .bench-data/chdb 10000000"""
+for merges. Not part of the package.
+Usage: PYTHONPATH=.:scripts python scripts/speed_load.py .bench-data/chdb 10000000"""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 from pathlib import Path
 
 from benchmarks.generate import generate, insert_sql, settle_merges
+
 from tally.storage.client import Storage, parse_url
 from tally.storage.migrate import migrate
 from tally.storage.projects import ProjectStore
@@ -55,7 +57,7 @@ def patched(database: str) -> str:
     toUInt8(bitShiftRight(h1, 44) % 100 < 3)
 FROM numbers"""
     sql = sql.replace("\nFROM numbers", extra, 1)
-    sql = sql.replace("SELECT\n    {project:String}", f"SELECT\n    {{project:String}}", 1)
+    sql = sql.replace("SELECT\n    {project:String}", "SELECT\n    {project:String}", 1)
     return sql.replace("AS event_name\n", f"AS event_name,\n    {src} AS sess_source\n", 1)
 
 

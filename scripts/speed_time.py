@@ -15,8 +15,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from tally.domain.filters import parse_filters
-from tally.http.compare import earlier_query
 from tally.domain.ranges import parse_compare
+from tally.http.compare import earlier_query
 from tally.http.views import build_dashboard
 from tally.query import Query
 from tally.query.breakdown import DIMENSIONS
