@@ -132,11 +132,11 @@ def raw_breakdown_sql(query: Query) -> str:
     """The same rows from the raw table (no filters): every dimension, exact."""
     dim = DIMENSIONS[query.dimension or ""]
     where = f"{WINDOW}{bots(query)}"
-    visitor = "sipHash64(visitor_id)"
+    visitor = "visitor_hash"  # schema 009: sipHash64(visitor_id), 0 without one
     if not dim.per_session:
         return f"""
             SELECT toString({dim.column}) AS value,
-                   uniqExactIf({visitor}, visitor_id != '') AS visitors,
+                   uniqExactIf({visitor}, visitor_hash != 0) AS visitors,
                    countIf(name = 'pageview') AS pageviews, count() AS events
             FROM {{db}}.events WHERE {where} AND {dim.column} != ''
             GROUP BY value {ORDER}"""
@@ -149,7 +149,7 @@ def raw_breakdown_sql(query: Query) -> str:
     return f"""
         SELECT value, uniqExactArray(vs) AS visitors, sum(pv) AS pageviews, sum(n) AS events
         FROM (SELECT {value} AS value,
-                     groupUniqArrayIf({visitor}, visitor_id != '') AS vs,
+                     groupUniqArrayIf({visitor}, visitor_hash != 0) AS vs,
                      countIf(name = 'pageview') AS pv, count() AS n
               FROM {{db}}.events WHERE {where}
               GROUP BY session_id, if(session_id = '', event_id, {NIL_UUID}))
