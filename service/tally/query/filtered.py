@@ -80,22 +80,40 @@ def sessions_sql(query: Query, values: str) -> str:
     )
 
 
-def kept_sql(query: Query) -> str:
-    """The kept events (all columns and ``skey``)."""
+def _raw_sessions_sql(query: Query, values: str) -> str:
+    """One row per session of the window grouped from the raw events: skey and ``values``
+    (written with :func:`session_value`). What sessions_quarter answers, read the long way: the
+    tests force it to check that both give the same numbers."""
+    return f"SELECT skey, {values} FROM ({base_sql(query)}) GROUP BY skey"
+
+
+def _sessions(query: Query, values: dict[str, tuple[str, str]], rollup: bool) -> str:
+    """Per session of the window, each named value {alias: (column, pick)}."""
+    if rollup:
+        return sessions_sql(
+            query, ", ".join(f"{rollup_value(c, p)} AS {a}" for a, (c, p) in values.items())
+        )
+    return _raw_sessions_sql(
+        query, ", ".join(f"{session_value(c, p)} AS {a}" for a, (c, p) in values.items())
+    )
+
+
+def kept_sql(query: Query, rollup: bool = True) -> str:
+    """The kept events (all columns and ``skey``). ``rollup``: session filters find their
+    sessions in sessions_quarter (else by grouping the raw events: the same sessions)."""
     names = {id(f): f"f{i}" for i, f in enumerate(query.filters)}
     conditions = []
     by_session = session_filters(query.filters)
     if by_session:
         # The matching sessions from sessions_quarter (one row per session and 15 minutes)
         # rather than by grouping the window's raw events by session: the same values.
-        values = ", ".join(
-            f"{rollup_value(f.dimension.column, f.dimension.session_value or 'first_event')}"
-            f" AS v{j}"
+        values = {
+            f"v{j}": (f.dimension.column, f.dimension.session_value or "first_event")
             for j, f in enumerate(by_session)
-        )
+        }
         matched = " AND ".join(match(f"v{j}", f, names[id(f)]) for j, f in enumerate(by_session))
         conditions.append(
-            f"skey IN (SELECT skey FROM ({sessions_sql(query, values)}) WHERE {matched})"
+            f"skey IN (SELECT skey FROM ({_sessions(query, values, rollup)}) WHERE {matched})"
         )
     for f in event_filters(query.filters):
         conditions.append(match(f"toString({f.dimension.column})", f, names[id(f)]))
@@ -103,9 +121,9 @@ def kept_sql(query: Query) -> str:
     return f"SELECT * FROM ({base_sql(query)}) WHERE {where}"
 
 
-def dashboard_sql(query: Query) -> dict[str, str]:
+def dashboard_sql(query: Query, rollup: bool = True) -> dict[str, str]:
     """Every dashboard query of the raw path by name; independent, may run concurrently."""
-    kept = f"({kept_sql(query)})"
+    kept = f"({kept_sql(query, rollup)})"
     out: dict[str, str] = {}
     out["days"] = f"""
         SELECT toDate({LOCAL}) AS d, count(), countIf(name = 'pageview'),
@@ -151,10 +169,11 @@ def dashboard_sql(query: Query) -> dict[str, str]:
     return out
 
 
-def breakdown_sql(query: Query) -> str:
-    """(value, visitors, pageviews, events) rows of ``query.dimension`` over the kept events."""
+def breakdown_sql(query: Query, rollup: bool = True) -> str:
+    """(value, visitors, pageviews, events) rows of ``query.dimension`` over the kept events.
+    ``rollup``: session values from sessions_quarter (else grouped from the raw events)."""
     dim = DIMENSIONS[query.dimension or ""]
-    kept = f"({kept_sql(query)})"
+    kept = f"({kept_sql(query, rollup)})"
     counts = (
         "uniqExactIf(visitor_hash, visitor_hash != 0) AS visitors, "
         "countIf(name = 'pageview') AS pageviews, count() AS events"
@@ -164,11 +183,11 @@ def breakdown_sql(query: Query) -> str:
             SELECT toString({dim.column}) AS value, {counts}
             FROM {kept} WHERE value != ''
             GROUP BY value {ORDER}"""
-    value = rollup_value(dim.column, dim.session_value or "first_event")
+    value = {"value": (dim.column, dim.session_value or "first_event")}
     return f"""
         SELECT value, {counts}
         FROM {kept} AS k
-        INNER JOIN ({sessions_sql(query, f"{value} AS value")}) AS s ON k.skey = s.skey
+        INNER JOIN ({_sessions(query, value, rollup)}) AS s ON k.skey = s.skey
         WHERE value != ''
         GROUP BY value {ORDER}"""
 
