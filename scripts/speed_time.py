@@ -70,7 +70,8 @@ def main() -> None:
     async def dash_compare(query: Query):
         await dash(query)
         other = earlier_query(query, compare)
-        return await dash(other)
+        fetch = getattr(dashboard, "fetch_summary", dashboard.fetch)  # as the controller
+        return build_dashboard(await fetch(storage, other), other)
 
     cases: dict[str, object] = {
         "dash_utc": lambda: dash(q()),
