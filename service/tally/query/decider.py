@@ -22,12 +22,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Literal
+from typing import Final, Literal
 
 from ..domain.filters import DIMENSIONS
 from .model import QUARTER, Query
 
-SESSIONS_ROLLUP = "sessions_quarter"
+SESSIONS_ROLLUP: Final = "sessions_quarter"
 
 
 @dataclass(frozen=True)

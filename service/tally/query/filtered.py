@@ -18,6 +18,7 @@ the SQL text varies only with the filters' operators and dimensions, which come 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..domain.filters import DIMENSIONS, Filter, event_filters, session_filters
@@ -87,7 +88,7 @@ def _raw_sessions_sql(query: Query, values: str) -> str:
     return f"SELECT skey, {values} FROM ({base_sql(query)}) GROUP BY skey"
 
 
-def _sessions(query: Query, values: dict[str, tuple[str, str]], rollup: bool) -> str:
+def _sessions(query: Query, values: Mapping[str, tuple[str, str]], rollup: bool) -> str:
     """Per session of the window, each named value {alias: (column, pick)}."""
     if rollup:
         return sessions_sql(
