@@ -75,7 +75,10 @@ def main() -> None:
     dash("dash_utc")
     dash("dash_ktm", tz="Asia/Kathmandu")
     old, new = both(**year)
-    cases["dash_366"] = (lambda: base_dashboard.fetch(storage, old), lambda: dashboard.fetch(storage, new))
+    cases["dash_366"] = (
+        lambda old=old: base_dashboard.fetch(storage, old),
+        lambda new=new: dashboard.fetch(storage, new),
+    )
     for by in DIMENSIONS:
         old, new = both(dimension=by)
         cases[f"bd_{by}"] = (
