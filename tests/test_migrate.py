@@ -61,6 +61,7 @@ def test_every_rollup_is_fed_by_a_view(client):
         "sessions_daily",
         "events_quarter",
         "visitors_quarter",
+        "sessions_quarter",
     }
 
 

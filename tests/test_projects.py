@@ -673,6 +673,7 @@ PROJECT_TABLES = {
     "events",
     "events_quarter",
     "visitors_quarter",
+    "sessions_quarter",
     "events_daily",
     "events_hourly",
     "paths_daily",

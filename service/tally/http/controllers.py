@@ -234,7 +234,7 @@ async def dashboard(
     if against is not None:
         earlier_query = compare.earlier_query(query, against)
         earlier = build_dashboard(
-            await dashboard_queries.fetch(state.storage, earlier_query), earlier_query
+            await dashboard_queries.fetch_summary(state.storage, earlier_query), earlier_query
         )
     return compare.compared_dashboard(result, earlier, earlier_query)
 

@@ -7,17 +7,37 @@ and the exit page its last pageview's, all within the window; every event of the
 under that value, as Plausible's visit dimensions do. Events without a session id stand for
 themselves. Rows with an empty value are left out (as the dashboard's top lists do).
 
-Read from the raw ``events`` table (exact; a narrow read on ``(project_id, occurred_at)``):
-docs/operations.md says what that costs and what would make it cheaper."""
+Where each is read (query/decider.py): a session dimension from ``sessions_quarter`` (schema 008:
+per session and 15 minutes, the states of its first and last values, its visitors and counts; a
+session's buckets in the window merge to the raw table's answer exactly); an event dimension from
+the raw ``events`` table, a narrow read on ``(project_id, occurred_at)`` of the window's columns
+it needs. Visitors are exact (distinct 64-bit hashes of the visitor ids, as every rollup)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .decider import decide
+from .decider import SESSIONS_ROLLUP, breakdown_table, decide
+from .filtered import match  # the raw path's matching: the same SQL on the same values
 from .model import Query
 from .sql import WINDOW, bots
+
+QUARTERS_WINDOW = (
+    "project_id = {p:String} AND bucket >= {t0:DateTime('UTC')} AND bucket < {t1:DateTime('UTC')}"
+)
+# sessions_quarter's column of each session dimension's state, and its merge function.
+SESSION_STATES = {
+    "source": "argMinMerge(source)",
+    "channel": "argMinMerge(channel)",
+    "utmSource": "argMinMerge(utm_source)",
+    "utmMedium": "argMinMerge(utm_medium)",
+    "utmCampaign": "argMinMerge(utm_campaign)",
+    "utmContent": "argMinMerge(utm_content)",
+    "utmTerm": "argMinMerge(utm_term)",
+    "entryPage": "argMinMerge(entry_page)",
+    "exitPage": "argMaxMerge(exit_page)",
+}
 
 
 @dataclass(frozen=True)
@@ -72,17 +92,51 @@ NIL_UUID = "toUUID('00000000-0000-0000-0000-000000000000')"
 ORDER = "ORDER BY visitors DESC, pageviews DESC, value ASC LIMIT {limit:UInt32}"
 
 
+def sessions_rollup_sql(query: Query) -> str:
+    """A session dimension's rows from ``sessions_quarter``: one group per session (its buckets
+    in the window merged), kept when its values match every (session) filter; then one row per
+    value. Filter values are the ``f0``, ``f1``, ... parameters of query/filtered.py."""
+    dimension = query.dimension or ""
+    values = {dimension: SESSION_STATES[dimension]}
+    for f in query.filters:
+        values.setdefault(f.dimension.name, SESSION_STATES[f.dimension.name])
+    names = {name: f"v{i}" for i, name in enumerate(values)}
+    columns = ", ".join(f"{merge} AS {names[name]}" for name, merge in values.items())
+    kept = " AND ".join(
+        match(names[f.dimension.name], f, f"f{i}") for i, f in enumerate(query.filters)
+    )
+    return f"""
+        SELECT value, uniqExactArray(vs) AS visitors, sum(pv) AS pageviews, sum(n) AS events
+        FROM (SELECT {names[dimension]} AS value, vs, pv, n
+              FROM (SELECT {columns}, groupUniqArrayMerge(visitors) AS vs,
+                           sum(pageviews) AS pv, sum(events) AS n
+                    FROM {{db}}.sessions_quarter WHERE {QUARTERS_WINDOW}{bots(query)}
+                    GROUP BY session_key, sessioned)
+              WHERE {kept or "1"})
+        WHERE value != ''
+        GROUP BY value {ORDER}"""
+
+
 def breakdown_sql(query: Query) -> str:
     """One query: (value, visitors, pageviews, events) rows, in the contract's order."""
     if query.dimension not in DIMENSIONS:
         raise ValueError(f"unknown dimension {query.dimension!r}")
-    dim = DIMENSIONS[query.dimension]
+    if breakdown_table(query) == SESSIONS_ROLLUP:
+        return sessions_rollup_sql(query)
+    if query.filters:
+        raise ValueError("a filtered breakdown of an event dimension reads query/filtered.py")
+    return raw_breakdown_sql(query)
+
+
+def raw_breakdown_sql(query: Query) -> str:
+    """The same rows from the raw table (no filters): every dimension, exact."""
+    dim = DIMENSIONS[query.dimension or ""]
     where = f"{WINDOW}{bots(query)}"
-    visitor = "sipHash64(visitor_id)"
+    visitor = "visitor_hash"  # schema 009: sipHash64(visitor_id), 0 without one
     if not dim.per_session:
         return f"""
             SELECT toString({dim.column}) AS value,
-                   uniqExactIf({visitor}, visitor_id != '') AS visitors,
+                   uniqExactIf({visitor}, visitor_hash != 0) AS visitors,
                    countIf(name = 'pageview') AS pageviews, count() AS events
             FROM {{db}}.events WHERE {where} AND {dim.column} != ''
             GROUP BY value {ORDER}"""
@@ -95,7 +149,7 @@ def breakdown_sql(query: Query) -> str:
     return f"""
         SELECT value, uniqExactArray(vs) AS visitors, sum(pv) AS pageviews, sum(n) AS events
         FROM (SELECT {value} AS value,
-                     groupUniqArrayIf({visitor}, visitor_id != '') AS vs,
+                     groupUniqArrayIf({visitor}, visitor_hash != 0) AS vs,
                      countIf(name = 'pageview') AS pv, count() AS n
               FROM {{db}}.events WHERE {where}
               GROUP BY session_id, if(session_id = '', event_id, {NIL_UUID}))
@@ -105,4 +159,12 @@ def breakdown_sql(query: Query) -> str:
 
 def breakdown_parameters(query: Query) -> dict[str, Any]:
     plan = decide(query)
-    return {"p": query.project_id, "t0": plan.start, "limit": query.limit}
+    params: dict[str, Any] = {
+        "p": query.project_id,
+        "t0": plan.start,
+        "t1": plan.end,
+        "limit": query.limit,
+    }
+    for i, flt in enumerate(query.filters):
+        params[f"f{i}"] = list(flt.values)
+    return params

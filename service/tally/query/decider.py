@@ -1,14 +1,20 @@
 """The table decider: for a :class:`Query`, which tables answer which part of it exactly.
 
-- Per-15-minute rollups (``events_quarter``, ``visitors_quarter``) answer everything whose keys
-  are few or that needs local days or hours: timeline, heatmap, totals, event names, bot events,
-  distinct visitors per local day and in the window. A window starts at a local midnight, which
-  is always on a 15-minute UTC boundary, so ``bucket >= start`` is exact.
+- Per-15-minute rollups (``events_quarter``, ``visitors_quarter``, ``sessions_quarter``) answer
+  everything whose keys are few or that needs local days or hours: timeline, heatmap, totals,
+  event names, bot events, distinct visitors per local day and in the window, and every session
+  dimension (source, channel, utm_*, entry and exit page). A window starts and ends at local
+  midnights, which are always on a 15-minute UTC boundary, so ``start <= bucket < end`` is exact.
 - Per-UTC-day rollups answer, for the window's whole UTC days, what has many keys (paths,
   referrers, clients) or needs a session's rows (sessions, bounce, duration). When the window
-  starts inside a UTC day (any zone but UTC-like ones), the raw ``events`` of that first partial
-  UTC day, ``[start, next UTC midnight)``, are read beside them: at most a day of one project's
-  events, a narrow read on the raw table's ``(project_id, occurred_at)`` order.
+  starts inside a UTC day (any zone but UTC-like ones), or a closed range (``from``/``to``) ends
+  inside one, the raw ``events`` of those partial UTC days are read beside them: at most a day of
+  one project's events at each end, a narrow read on the raw table's ``(project_id, occurred_at)``
+  order.
+- Filters: :func:`breakdown_table` says, per breakdown, whether ``sessions_quarter`` answers it
+  (a session dimension under session filters only) or the raw table is read (query/filtered.py).
+  A filtered dashboard reads the raw table; session filters find their sessions in
+  ``sessions_quarter`` rather than grouping the window's raw events by session.
 - The latest events and live visitors are read from the raw table, as before.
 """
 
@@ -16,34 +22,75 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
+from typing import Final, Literal
 
+from ..domain.filters import DIMENSIONS
 from .model import QUARTER, Query
+
+SESSIONS_ROLLUP: Final = "sessions_quarter"
 
 
 @dataclass(frozen=True)
 class Plan:
-    """Where each part of a query is read. ``edge`` is the raw-table interval [start, end) that
-    the day rollups do not cover, or None when the window starts at a UTC midnight."""
+    """Where each part of a query is read. The day rollups cover the UTC days
+    ``first_utc_day``..``last_utc_day``; ``edge`` and ``end_edge`` are the raw-table intervals
+    [a, b) they do not cover (a partial first and last UTC day), or None."""
 
     start: datetime
+    end: datetime
     first_utc_day: date
     last_utc_day: date
     edge: tuple[datetime, datetime] | None
+    end_edge: tuple[datetime, datetime] | None = None
 
     @property
     def uses_raw_edge(self) -> bool:
-        return self.edge is not None
+        return self.edge is not None or self.end_edge is not None
+
+    def edges(self) -> tuple[datetime, datetime, datetime, datetime]:
+        """(e0, e1, e2, e3): the two raw intervals; an absent one is empty."""
+        first = self.edge or self.end_edge
+        assert first is not None
+        second = self.end_edge if self.edge is not None and self.end_edge else (first[1], first[1])
+        return (*first, *second)
+
+
+def _midnight(day: date) -> datetime:
+    return datetime.combine(day, time(0), tzinfo=UTC)
 
 
 def decide(query: Query) -> Plan:
-    start = query.start
-    if (start - datetime(1970, 1, 1, tzinfo=UTC)) % QUARTER:
+    start, end = query.start, query.end
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    if (start - epoch) % QUARTER or (end - epoch) % QUARTER:
         # Only historical local mean times are off the 15-minute grid; no window of today's
         # zones starts there. Said loudly rather than answered inexactly.
         raise ValueError(f"zone {query.tz} starts days off the 15-minute grid")
-    last = query.now.astimezone(UTC).date()
-    day = start.date()
-    if start == datetime.combine(day, time(0), tzinfo=UTC):
-        return Plan(start, day, last, None)
-    next_midnight = datetime.combine(day + timedelta(days=1), time(0), tzinfo=UTC)
-    return Plan(start, day + timedelta(days=1), last, (start, next_midnight))
+    now = query.now.astimezone(UTC)
+    edge = end_edge = None
+    first = start.date()
+    if start != _midnight(first):
+        first += timedelta(days=1)
+        edge = (start, min(_midnight(first), end))
+    if end > now:
+        # The window is open (it ends after now): nothing is stored after now, so the day
+        # rollups read up to today's UTC day, whole, as they always did.
+        last = now.date()
+    else:
+        last = end.date() - timedelta(days=1)
+        if end != _midnight(end.date()):
+            a = max(_midnight(end.date()), edge[1] if edge else start)
+            if a < end:
+                end_edge = (a, end)
+    return Plan(start, end, first, last, edge, end_edge)
+
+
+def breakdown_table(query: Query) -> Literal["sessions_quarter", "raw"]:
+    """Which table answers ``query``'s breakdown exactly. ``sessions_quarter`` holds each
+    session's values and counts, not its events' paths or countries: it answers a session
+    dimension when every filter is a session filter (or there are none). Anything else reads
+    the raw table."""
+    dim = DIMENSIONS.get(query.dimension or "")
+    if dim is not None and dim.is_session and all(f.dimension.is_session for f in query.filters):
+        return SESSIONS_ROLLUP
+    return "raw"

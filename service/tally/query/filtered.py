@@ -4,10 +4,12 @@
 tests/reference_filters.py define:
 
 - *base*: the window's events, bots left out when the project says so. A session is the events of
-  one non-empty ``session_id``; an event without one is a session of its own (``skey``).
+  one non-empty ``session_id``; an event without one is a session of its own (``skey``, the
+  64-bit ``session_key`` of schema 009; distinct visitors count ``visitor_hash``).
 - Session filters keep the sessions whose value (first event's, first or last pageview's path, in
-  the window) matches: a semi-join on ``skey``. Event filters then keep the matching events of
-  those sessions: *kept*.
+  the window) matches: a semi-join on ``skey`` with the matching sessions of ``sessions_quarter``
+  (schema 008), whose merged states are those values. Event filters then keep the matching events
+  of those sessions: *kept*. A session dimension's value in a breakdown comes from there too.
 - Every event number reads *kept*; session metrics read every event of base of the sessions
   with a kept event (*kept sessions*, whole).
 
@@ -16,6 +18,7 @@ the SQL text varies only with the filters' operators and dimensions, which come 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..domain.filters import DIMENSIONS, Filter, event_filters, session_filters
@@ -27,7 +30,17 @@ RANGE = (
     "project_id = {p:String} AND occurred_at >= {t0:DateTime64(3, 'UTC')}"
     " AND occurred_at < {t1:DateTime64(3, 'UTC')}"
 )
-SKEY = "if(session_id = '', concat('e', toString(event_id)), concat('s', session_id))"
+# The session key (schema 009, sessions_quarter's): an event without a session id is its own.
+SKEY = "session_key"
+QUARTERS = (
+    "project_id = {p:String} AND bucket >= {q0:DateTime('UTC')} AND bucket < {q1:DateTime('UTC')}"
+)
+# sessions_quarter's state of each session value, and its merge.
+ROLLUP_VALUE = {
+    "first_event": "argMinMerge({c})",
+    "first_pageview": "argMinMerge(entry_page)",
+    "last_pageview": "argMaxMerge(exit_page)",
+}
 SESSION_VALUE = {
     "first_event": "argMin(toString({c}), occurred_at)",
     "first_pageview": "argMinIf(toString({c}), occurred_at, name = 'pageview')",
@@ -41,7 +54,7 @@ def session_value(f_column: str, pick: str) -> str:
     return SESSION_VALUE[pick].format(c=f_column)
 
 
-def _match(expr: str, flt: Filter, param: str) -> str:
+def match(expr: str, flt: Filter, param: str) -> str:
     values = f"{{{param}:Array(String)}}"
     if flt.substring:
         hit = f"arrayExists(v -> position(lowerUTF8({expr}), lowerUTF8(v)) > 0, {values})"
@@ -51,38 +64,71 @@ def _match(expr: str, flt: Filter, param: str) -> str:
 
 
 def base_sql(query: Query) -> str:
-    return f"SELECT *, {SKEY} AS skey FROM {{db}}.events WHERE {RANGE}{bots(query)}"
+    return f"SELECT *, {SKEY} AS skey, visitor_hash FROM {{db}}.events WHERE {RANGE}{bots(query)}"
 
 
-def kept_sql(query: Query) -> str:
-    """The kept events (all columns and ``skey``)."""
+def rollup_value(column: str, pick: str) -> str:
+    """A session value merged from sessions_quarter's states (the same as session_value over the
+    session's events in the window: query/decider.py)."""
+    return ROLLUP_VALUE[pick].format(c=column)
+
+
+def sessions_sql(query: Query, values: str) -> str:
+    """One row per session of the window from sessions_quarter: skey and ``values``."""
+    return (
+        f"SELECT session_key AS skey, {values} FROM {{db}}.sessions_quarter "
+        f"WHERE {QUARTERS}{bots(query)} GROUP BY session_key, sessioned"
+    )
+
+
+def _raw_sessions_sql(query: Query, values: str) -> str:
+    """One row per session of the window grouped from the raw events: skey and ``values``
+    (written with :func:`session_value`). What sessions_quarter answers, read the long way: the
+    tests force it to check that both give the same numbers."""
+    return f"SELECT skey, {values} FROM ({base_sql(query)}) GROUP BY skey"
+
+
+def _sessions(query: Query, values: Mapping[str, tuple[str, str]], rollup: bool) -> str:
+    """Per session of the window, each named value {alias: (column, pick)}."""
+    if rollup:
+        return sessions_sql(
+            query, ", ".join(f"{rollup_value(c, p)} AS {a}" for a, (c, p) in values.items())
+        )
+    return _raw_sessions_sql(
+        query, ", ".join(f"{session_value(c, p)} AS {a}" for a, (c, p) in values.items())
+    )
+
+
+def kept_sql(query: Query, rollup: bool = True) -> str:
+    """The kept events (all columns and ``skey``). ``rollup``: session filters find their
+    sessions in sessions_quarter (else by grouping the raw events: the same sessions)."""
     names = {id(f): f"f{i}" for i, f in enumerate(query.filters)}
     conditions = []
     by_session = session_filters(query.filters)
     if by_session:
-        values = ", ".join(
-            f"{session_value(f.dimension.column, f.dimension.session_value or 'first_event')}"
-            f" AS v{j}"
+        # The matching sessions from sessions_quarter (one row per session and 15 minutes)
+        # rather than by grouping the window's raw events by session: the same values.
+        values = {
+            f"v{j}": (f.dimension.column, f.dimension.session_value or "first_event")
             for j, f in enumerate(by_session)
-        )
-        matched = " AND ".join(_match(f"v{j}", f, names[id(f)]) for j, f in enumerate(by_session))
+        }
+        matched = " AND ".join(match(f"v{j}", f, names[id(f)]) for j, f in enumerate(by_session))
         conditions.append(
-            f"skey IN (SELECT skey FROM (SELECT skey, {values} FROM ({base_sql(query)}) "
-            f"GROUP BY skey) WHERE {matched})"
+            f"skey IN (SELECT skey FROM ({_sessions(query, values, rollup)}) WHERE {matched})"
         )
     for f in event_filters(query.filters):
-        conditions.append(_match(f"toString({f.dimension.column})", f, names[id(f)]))
+        conditions.append(match(f"toString({f.dimension.column})", f, names[id(f)]))
     where = " AND ".join(conditions) or "1"
     return f"SELECT * FROM ({base_sql(query)}) WHERE {where}"
 
 
-def dashboard_sql(query: Query) -> dict[str, str]:
+def dashboard_sql(query: Query, rollup: bool = True) -> dict[str, str]:
     """Every dashboard query of the raw path by name; independent, may run concurrently."""
-    kept = f"({kept_sql(query)})"
+    kept = f"({kept_sql(query, rollup)})"
     out: dict[str, str] = {}
     out["days"] = f"""
         SELECT toDate({LOCAL}) AS d, count(), countIf(name = 'pageview'),
-               uniqExactIf(visitor_id, visitor_id != '')
+               uniqExactIf(visitor_hash, visitor_hash != 0)
         FROM {kept} GROUP BY d"""
     out["hours"] = f"SELECT toHour({LOCAL}) AS h, count() FROM {kept} GROUP BY h"
     out["names"] = f"""
@@ -97,7 +143,7 @@ def dashboard_sql(query: Query) -> dict[str, str]:
         out[name] = f"""
             SELECT toString({column}) AS k, count() AS c FROM {kept}
             GROUP BY k ORDER BY c DESC, k ASC LIMIT {LIST_LIMIT}"""
-    out["visitors"] = f"SELECT uniqExactIf(visitor_id, visitor_id != '') FROM {kept}"
+    out["visitors"] = f"SELECT uniqExactIf(visitor_hash, visitor_hash != 0) FROM {kept}"
     # Session metrics: every event in the window of the sessions with a kept event.
     ms = "toInt128(toUnixTimestamp64Milli(occurred_at))"
     unstated = "name = 'session_end' AND duration_ms IS NULL"
@@ -124,12 +170,13 @@ def dashboard_sql(query: Query) -> dict[str, str]:
     return out
 
 
-def breakdown_sql(query: Query) -> str:
-    """(value, visitors, pageviews, events) rows of ``query.dimension`` over the kept events."""
+def breakdown_sql(query: Query, rollup: bool = True) -> str:
+    """(value, visitors, pageviews, events) rows of ``query.dimension`` over the kept events.
+    ``rollup``: session values from sessions_quarter (else grouped from the raw events)."""
     dim = DIMENSIONS[query.dimension or ""]
-    kept = f"({kept_sql(query)})"
+    kept = f"({kept_sql(query, rollup)})"
     counts = (
-        "uniqExactIf(sipHash64(visitor_id), visitor_id != '') AS visitors, "
+        "uniqExactIf(visitor_hash, visitor_hash != 0) AS visitors, "
         "countIf(name = 'pageview') AS pageviews, count() AS events"
     )
     if not dim.is_session:
@@ -137,12 +184,11 @@ def breakdown_sql(query: Query) -> str:
             SELECT toString({dim.column}) AS value, {counts}
             FROM {kept} WHERE value != ''
             GROUP BY value {ORDER}"""
-    value = session_value(dim.column, dim.session_value or "first_event")
+    value = {"value": (dim.column, dim.session_value or "first_event")}
     return f"""
         SELECT value, {counts}
         FROM {kept} AS k
-        INNER JOIN (SELECT skey, {value} AS value FROM ({base_sql(query)}) GROUP BY skey) AS s
-            ON k.skey = s.skey
+        INNER JOIN ({_sessions(query, value, rollup)}) AS s ON k.skey = s.skey
         WHERE value != ''
         GROUP BY value {ORDER}"""
 
@@ -152,6 +198,8 @@ def parameters(query: Query) -> dict[str, Any]:
         "p": query.project_id,
         "t0": query.start,
         "t1": query.end,
+        "q0": query.start,
+        "q1": query.end,
         "tz": query.tz,
         "live": query.now - LIVE_WINDOW,
         "limit": query.limit,

@@ -43,7 +43,7 @@ class Query:
     dimension: str | None = None
     limit: int = LIST_LIMIT
     # Issue 17: filters (domain/filters.py) and an explicit range of local dates (from/to; then
-    # ``days`` is its length). Either sends the query to the raw table (query/filtered.py).
+    # ``days`` is its length). Filters send the dashboard to the raw table (query/filtered.py).
     filters: Filters = ()
     first: date | None = None
     last: date | None = None
@@ -79,8 +79,10 @@ class Query:
 
     @property
     def raw(self) -> bool:
-        """Filters or an explicit range: answered from the raw ``events`` table, exactly."""
-        return bool(self.filters) or self.first is not None
+        """Filters: the dashboard is answered from the raw ``events`` table, exactly
+        (query/filtered.py). A range without filters is answered like ``days``, from the rollups
+        (query/decider.py)."""
+        return bool(self.filters)
 
     @property
     def start(self) -> datetime:

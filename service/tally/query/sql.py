@@ -3,8 +3,8 @@ as server-side parameters (``{name:Type}``); what varies in the text (the bot fi
 raw edge is read) is chosen here from code, never from request strings. ``{db}`` is the
 database, filled in by the runner.
 
-Parameters: p (project), t0 (window start, UTC), tz (the zone), d0/d1 (the UTC days the day
-rollups cover), e0/e1 (the raw edge), live (start of the live window)."""
+Parameters: p (project), t0/t1 (window start and end, UTC), tz (the zone), d0/d1 (the UTC days
+the day rollups cover), e0/e1 and e2/e3 (the raw edges), live (start of the live window)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,20 @@ from .decider import Plan, decide
 from .model import Query
 
 DAY_RANGE = "project_id = {p:String} AND day BETWEEN {d0:Date} AND {d1:Date}"
-QUARTERS = "project_id = {p:String} AND bucket >= {t0:DateTime('UTC')}"
-EDGE = (
-    "project_id = {p:String} AND occurred_at >= {e0:DateTime64(3, 'UTC')}"
-    " AND occurred_at < {e1:DateTime64(3, 'UTC')}"
+QUARTERS = (
+    "project_id = {p:String} AND bucket >= {t0:DateTime('UTC')} AND bucket < {t1:DateTime('UTC')}"
 )
-WINDOW = "project_id = {p:String} AND occurred_at >= {t0:DateTime64(3, 'UTC')}"
+# The raw edges: a partial first UTC day and, for a closed range, a partial last one (e2 = e3,
+# an empty interval, when there is only one).
+EDGE = (
+    "project_id = {p:String} AND ((occurred_at >= {e0:DateTime64(3, 'UTC')}"
+    " AND occurred_at < {e1:DateTime64(3, 'UTC')}) OR (occurred_at >= {e2:DateTime64(3, 'UTC')}"
+    " AND occurred_at < {e3:DateTime64(3, 'UTC')}))"
+)
+WINDOW = (
+    "project_id = {p:String} AND occurred_at >= {t0:DateTime64(3, 'UTC')}"
+    " AND occurred_at < {t1:DateTime64(3, 'UTC')}"
+)
 LOCAL_DAY = "toDate(toTimeZone(bucket, {tz:String}))"
 LOCAL_HOUR = "toHour(toTimeZone(bucket, {tz:String}))"
 
@@ -35,7 +43,7 @@ def bots(query: Query) -> str:
 
 def _with_edge(plan: Plan, rollup: str, raw: str) -> str:
     """A rollup's rows for the whole UTC days, and the raw table's for the partial first one."""
-    if plan.edge is None:
+    if not plan.uses_raw_edge:
         return rollup
     return f"{rollup}\n        UNION ALL\n        {raw}"
 
@@ -68,7 +76,7 @@ def dashboard_sql(query: Query, plan: Plan | None = None) -> dict[str, str]:
     out["session_ends"] = f"""
         SELECT sum(ends), sum(stated_ms), sumIf(toInt128(unstated_at_ms), session_hash != 0)
         FROM {{db}}.sessions_daily WHERE {DAY_RANGE}{b}"""
-    if plan.edge is not None:
+    if plan.uses_raw_edge:
         out["session_ends_edge"] = f"""
             SELECT countIf(name = 'session_end'),
                    sumIf(assumeNotNull(duration_ms),
@@ -104,7 +112,7 @@ def dashboard_sql(query: Query, plan: Plan | None = None) -> dict[str, str]:
         ORDER BY g, c DESC, key ASC LIMIT {LIST_LIMIT} BY g"""
     for name, column in (("paths", "path"), ("referrers", "referrer")):
         rollup = f"{{db}}.{name}_daily WHERE {DAY_RANGE}{b}"
-        if plan.edge is None:  # the shape the UTC dashboard always had
+        if not plan.uses_raw_edge:  # the shape the UTC dashboard always had
             out[name] = f"""
                 SELECT {column}, sum(views) AS c FROM {rollup}
                 GROUP BY {column} ORDER BY c DESC, {column} ASC LIMIT {LIST_LIMIT}"""
@@ -134,11 +142,12 @@ def parameters(query: Query, plan: Plan | None = None) -> dict[str, Any]:
     params: dict[str, Any] = {
         "p": query.project_id,
         "t0": plan.start,
+        "t1": plan.end,
         "tz": query.tz,
         "d0": plan.first_utc_day,
         "d1": plan.last_utc_day,
         "live": query.now - LIVE_WINDOW,
     }
-    if plan.edge is not None:
-        params["e0"], params["e1"] = plan.edge
+    if plan.uses_raw_edge:
+        params["e0"], params["e1"], params["e2"], params["e3"] = plan.edges()
     return params

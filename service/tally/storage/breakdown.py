@@ -1,4 +1,5 @@
-"""The breakdown's runner: executes the query layer's SQL (``tally.query.breakdown``)."""
+"""The breakdown's runner: executes the query layer's SQL (``tally.query.breakdown``), from the
+table the decider names (``sessions_quarter`` or the raw table, query/decider.py)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,13 @@ from typing import Any
 
 from ..query import Query, filtered
 from ..query.breakdown import breakdown_parameters, breakdown_sql
+from ..query.decider import SESSIONS_ROLLUP, breakdown_table
 from .client import Storage
 
 
 async def fetch_breakdown(storage: Storage, query: Query) -> list[tuple[Any, ...]]:
     """(value, visitors, pageviews, events) rows of ``query.dimension``, best first."""
-    if query.raw:
+    if query.filters and breakdown_table(query) != SESSIONS_ROLLUP:
         sql = filtered.breakdown_sql(query).replace("{db}", storage.database)
         return await storage.aquery(sql, filtered.parameters(query))
     sql = breakdown_sql(query).replace("{db}", storage.database)

@@ -67,6 +67,7 @@ SHARDING_KEYS: dict[str, str] = {
     "sessions_daily": PROJECT_SHARD,
     "events_quarter": PROJECT_SHARD,
     "visitors_quarter": PROJECT_SHARD,
+    "sessions_quarter": PROJECT_SHARD,
     "projects": "cityHash64(id)",
     "api_keys": PROJECT_SHARD,
     "api_key_usage": PROJECT_SHARD,

@@ -1,0 +1,291 @@
+"""Schema 008's ``sessions_quarter`` and the decider's per-filter choice (query/decider.py): a
+session dimension's breakdown read from the rollup equals the raw table's answer and the
+reference model's (tests/reference_filters.py), for the same data, with and without session
+filters, in zones off UTC midnight, over from/to ranges, with bots counted or not. Also: the
+upgrade from schema 007 fills the rollup from the events stored before (once), and a deleted
+project's rows leave it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from datetime import UTC, date, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+
+import reference_filters as ref
+from conftest import new_project
+from tally.domain.filters import DIMENSIONS, parse_filters
+from tally.query import Query, decide, filtered
+from tally.query.breakdown import breakdown_parameters, breakdown_sql
+from tally.query.decider import SESSIONS_ROLLUP, breakdown_table
+from tally.storage.breakdown import fetch_breakdown
+from tally.storage.client import Storage, parse_url
+from tally.storage.migrate import load_migrations, migrate, migrations_table
+from tally.storage.purge import purge_project
+from test_filters_wired import as_tuple, sent, traffic
+from test_local_time import COLUMNS, _duration, store
+
+SESSION_DIMS = [name for name, d in DIMENSIONS.items() if d.is_session]
+EVENT_DIMS = [name for name, d in DIMENSIONS.items() if not d.is_session]
+
+
+def _rows(rows) -> list[dict]:
+    return [
+        {"value": v, "visitors": int(u), "pageviews": int(p), "events": int(e)}
+        for v, u, p, e in rows
+    ]
+
+
+def _rollup(storage: Storage, query: Query) -> list[dict]:
+    assert breakdown_table(query) == SESSIONS_ROLLUP
+    sql = breakdown_sql(query).replace("{db}", storage.database)
+    assert "sessions_quarter" in sql and ".events" not in sql
+    return _rows(asyncio.run(storage.aquery(sql, breakdown_parameters(query))))
+
+
+def _raw(storage: Storage, query: Query) -> list[dict]:
+    sql = filtered.breakdown_sql(query, rollup=False).replace("{db}", storage.database)
+    assert "sessions_quarter" not in sql
+    return _rows(asyncio.run(storage.aquery(sql, filtered.parameters(query))))
+
+
+def _reference(events, query: Query, raw: list) -> list[dict]:
+    return ref.breakdown(
+        events,
+        query.dimension,
+        as_tuple(raw) if raw else [],
+        zone=query.zone,
+        first_day=query.first_day,
+        last_day=query.last_day,
+        now=query.now,
+        limit=query.limit,
+        exclude_bots=query.exclude_bots,
+    )
+
+
+def session_filters(events) -> list[list]:
+    """Each session dimension with each operator, values from the data; and two combined."""
+    out: list[list] = []
+    for name in SESSION_DIMS:
+        column = DIMENSIONS[name].column
+        present = sorted({getattr(e, column) for e in events if getattr(e, column)})
+        value = present[len(present) // 2] if present else "none"
+        for op in ("is", "is_not", "contains", "contains_not"):
+            vals = [value, "' OR ''='"] if op.startswith("is") else [value[1:3].upper() or value]
+            out.append([[op, name, vals]])
+    out.append([["is", "source", ["日本語", "x' OR 1=1 --"]], ["is_not", "exitPage", ["/"]]])
+    return out
+
+
+@pytest.fixture(scope="module")
+def site(client):
+    project_id, _ = new_project(client)
+    now = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2)
+    events = traffic(now, seed=23)
+    store(client, project_id, sent(events))
+    other, _ = new_project(client, user="bob")
+    store(client, other, sent(traffic(now, seed=24)))  # another tenant in the same tables
+    return project_id, now, events
+
+
+def test_the_rollup_and_the_raw_table_give_the_same_rows(client, site):
+    project_id, now, events = site
+    storage = client.app.state.storage
+    checked = 0
+    cases = [([], by) for by in SESSION_DIMS]
+    cases += [
+        (raw, SESSION_DIMS[i % len(SESSION_DIMS)]) for i, raw in enumerate(session_filters(events))
+    ]
+    for i, (raw, by) in enumerate(cases):
+        filters = parse_filters(json.dumps(raw))
+        tz = ("UTC", "Asia/Kathmandu", "America/New_York")[i % 3]
+        query = Query(project_id, 7, now, tz=tz, filters=filters, dimension=by, limit=1000)
+        got = _rollup(storage, query)
+        assert got == _raw(storage, query) == _reference(events, query, raw), (raw, by, tz)
+        checked += bool(got)
+    assert checked > 25  # not vacuous
+
+
+def test_ranges_zones_and_bots_the_same_either_way(client, site):
+    project_id, now, events = site
+    storage = client.app.state.storage
+    for tz in ("UTC", "Asia/Kathmandu", "Australia/Lord_Howe", "America/New_York"):
+        zone = ZoneInfo(tz)
+        last = now.astimezone(zone).date() - timedelta(days=1)
+        for first, bots in ((last - timedelta(days=3), True), (last, False)):
+            for by in SESSION_DIMS[::2] if bots else SESSION_DIMS[1::2]:
+                query = Query(
+                    project_id,
+                    (last - first).days + 1,
+                    now,
+                    tz=tz,
+                    exclude_bots=bots,
+                    dimension=by,
+                    limit=1000,
+                    first=first,
+                    last=last,
+                )
+                got = _rollup(storage, query)
+                assert got == _raw(storage, query) == _reference(events, query, []), (tz, by)
+
+
+def test_the_served_breakdown_follows_the_decider(client, site):
+    """fetch_breakdown reads the table the decider names and answers as the reference."""
+    project_id, now, events = site
+    storage = client.app.state.storage
+    for raw, by in (
+        ([["contains", "path", ["blog"]]], "source"),  # an event filter: raw
+        ([["is_not", "channel", ["Direct"]]], "country"),  # an event dimension: raw
+        ([["is_not", "channel", ["Direct"]]], "entryPage"),  # session on session: rollup
+    ):
+        query = Query(project_id, 7, now, filters=parse_filters(json.dumps(raw)), dimension=by)
+        got = _rows(asyncio.run(fetch_breakdown(storage, query)))
+        assert got == _reference(events, query, raw)
+
+
+def test_the_decider_names_a_table_per_filter():
+    now = datetime(2026, 5, 26, 12, tzinfo=UTC)
+
+    def table(by: str, raw: list) -> str:
+        return breakdown_table(
+            Query("p" * 24, 7, now, dimension=by, filters=parse_filters(json.dumps(raw)))
+        )
+
+    for by in SESSION_DIMS:
+        assert table(by, []) == "sessions_quarter"
+        assert table(by, [["is", "source", ["Google"]], ["contains", "entryPage", ["/"]]]) == (
+            "sessions_quarter"
+        )
+        for event_dim in EVENT_DIMS:
+            assert table(by, [["is", event_dim, ["x"]]]) == "raw"
+    for by in EVENT_DIMS:
+        assert table(by, []) == "raw"
+
+
+def test_a_closed_range_reads_raw_edges_at_both_ends():
+    now = datetime(2026, 5, 26, 12, tzinfo=UTC)
+    day = date(2026, 5, 20)
+    utc = decide(Query("p" * 24, 3, now, first=day, last=day + timedelta(days=2)))
+    assert (utc.first_utc_day, utc.last_utc_day) == (day, day + timedelta(days=2))
+    assert not utc.uses_raw_edge
+    ktm = decide(Query("p" * 24, 3, now, tz="Asia/Kathmandu", first=day, last=day + timedelta(2)))
+    start = datetime(2026, 5, 19, 18, 15, tzinfo=UTC)
+    assert ktm.edge == (start, datetime(2026, 5, 20, tzinfo=UTC))
+    assert ktm.end_edge == (datetime(2026, 5, 22, tzinfo=UTC), start + timedelta(days=3))
+    assert (ktm.first_utc_day, ktm.last_utc_day) == (day, day + timedelta(days=1))
+    # An open window (ending after now) reads the day rollups up to today, whole.
+    open_ = decide(Query("p" * 24, 7, now, tz="America/New_York"))
+    assert open_.end_edge is None and open_.last_utc_day == now.date()
+
+
+# --- upgrade from schema 007 ------------------------------------------------------------------
+def _insert(storage: Storage, project_id: str, events) -> None:
+    rows = []
+    for e in events:
+        values = {
+            "project_id": project_id,
+            "name": e.name,
+            "occurred_at": e.occurred_at,
+            "received_at": e.occurred_at,
+            "path": e.path,
+            "url": "",
+            "referrer": e.referrer,
+            "session_id": e.session_id,
+            "visitor_id": e.visitor_id,
+            "browser": e.browser,
+            "os": e.os,
+            "device_type": e.device_type,
+            "duration_ms": _duration(e),
+            "metadata": "{}",
+            "ip": "",
+            "user_agent": "",
+            "key_id": "k",
+            "is_bot": int(e.is_bot),
+            "source": e.source,
+            "channel": e.channel,
+            "utm_source": e.utm_source,
+            "utm_medium": e.utm_medium,
+            "utm_campaign": e.utm_campaign,
+            "utm_content": e.utm_content,
+            "utm_term": e.utm_term,
+            "country": e.country,
+        }
+        rows.append(values)
+    columns = list(rows[0])
+    data = [[row[c] for row in rows] for c in columns]
+    storage.insert(f"{storage.database}.events", data, columns)
+    assert set(COLUMNS) <= set(columns)
+
+
+def test_upgrade_from_007_fills_the_rollup_once_and_purge_empties_it(chdb_path):
+    storage = Storage(parse_url(f"chdb://{chdb_path}?database=z_{uuid.uuid4().hex[:10]}"), 4)
+    db = storage.database
+    try:
+        storage.command(migrations_table(db))
+        for migration in load_migrations():
+            if migration.version >= 8:
+                break
+            for statement in migration.statements(db):
+                storage.command(statement)
+            storage.insert(
+                f"{db}.schema_migrations",
+                [[migration.version], [migration.name], [migration.checksum]],
+                ["version", "name", "checksum"],
+            )
+        now = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2)
+        project, other = "a" * 24, "b" * 24
+        events = traffic(now, seed=31)
+        before = [e for e in sent(events)]
+        _insert(storage, project, before[: len(before) // 2])
+        _insert(storage, other, sent(traffic(now, seed=32)))
+        assert "008_sessions_quarter" in migrate(storage)
+        _insert(storage, project, before[len(before) // 2 :])  # through the view
+        assert migrate(storage) == []  # applied again: the backfill does not run twice
+        for by in SESSION_DIMS:
+            for tz in ("UTC", "Asia/Kathmandu"):
+                query = Query(project, 7, now, tz=tz, dimension=by, limit=1000)
+                got = _rollup(storage, query)
+                assert got == _raw(storage, query) == _reference(events, query, []), (by, tz)
+        count = f"SELECT count() FROM {db}.sessions_quarter WHERE project_id = {{p:String}}"
+        assert storage.query(count, {"p": project})[0][0] > 0
+        assert "sessions_quarter" in purge_project(storage, project)
+        assert storage.query(count, {"p": project}) == [(0,)]
+        assert storage.query(count, {"p": other})[0][0] > 0  # the neighbour keeps its rows
+    finally:
+        storage.close()
+
+
+def test_a_session_filtered_dashboard_is_the_same_either_way(client, site):
+    """The filtered dashboard's session filters: sessions found in sessions_quarter or grouped
+    from the raw events, the same rows for every query of the dashboard."""
+    project_id, now, _ = site
+    storage = client.app.state.storage
+    for raw in (
+        [["is", "source", ["Google", "日本語"]]],
+        [["contains_not", "entryPage", ["BLOG"]], ["contains", "path", ["/"]]],
+        [["is_not", "exitPage", ["/"]], ["is", "channel", ["Direct", "Email"]]],
+    ):
+        query = Query(
+            project_id, 7, now, tz="Asia/Kathmandu", filters=parse_filters(json.dumps(raw))
+        )
+        params = filtered.parameters(query)
+        fast = filtered.dashboard_sql(query)
+        slow = filtered.dashboard_sql(query, rollup=False)
+        for name in fast:
+            if name in ("recent", "live"):
+                continue  # ties in time may order differently; live is not filtered
+            a, b = (
+                sorted(
+                    asyncio.run(
+                        storage.aquery(sql[name].replace("{db}", storage.database), params)
+                    ),
+                    key=repr,
+                )
+                for sql in (fast, slow)
+            )
+            assert "sessions_quarter" not in slow[name]
+            assert a == b, (raw, name)
+        assert "sessions_quarter" in fast["days"] and fast["days"] != slow["days"]
