@@ -205,6 +205,37 @@ def measure_framework(
     }
 
 
+def measure_fsync(directory: Path, samples: int = 200) -> dict[str, Any]:
+    """What the disk under the ingest log charges per acknowledgement: fsync of a 4 KiB append in
+    ``directory`` (where the servers keep their logs), ``samples`` times. A 202 waits for one
+    such fsync, so with ``n`` connections in a closed loop no server that acknowledges only after
+    fsync can answer more than ``n / fsync`` requests per second, however fast its HTTP stack."""
+    path = directory / "fsync-probe"
+    took: list[float] = []
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        for _ in range(samples):
+            os.write(fd, b"x" * 4096)
+            started = time.perf_counter()
+            os.fsync(fd)
+            took.append((time.perf_counter() - started) * 1000)
+    finally:
+        os.close(fd)
+        path.unlink()
+    took.sort()
+    return {
+        "fsync_p50_ms": round(took[len(took) // 2], 3),
+        "fsync_p99_ms": round(took[min(len(took) - 1, len(took) * 99 // 100)], 3),
+        "samples": samples,
+    }
+
+
+def disk_bound(connections: int, fsync_ms: float) -> float:
+    """Requests per second that ``connections`` closed-loop clients can get acknowledged when
+    each acknowledgement waits for one fsync of ``fsync_ms`` (group commit shares it at best)."""
+    return round(connections * 1000 / fsync_ms, 1) if fsync_ms > 0 else 0.0
+
+
 def ratio(over: float, under: float) -> float:
     return round(over / under, 3) if under else 0.0
 
@@ -253,8 +284,11 @@ def run(
             "clickhouse_url": clickhouse_url,
             "workers": workers,
         }
+        results["disk"] = measure_fsync(Path(tmp))
+        fsync_ms = results["disk"]["fsync_p50_ms"]
         for shape in SHAPES:
             real = measure_against_ceiling(shape, seconds, connections[shape], **where)
+            real["disk_bound_requests_per_s"] = disk_bound(connections[shape], fsync_ms)
             lost += real["lost_events"]
             # Every connection count, the main one included, under by_connections: one table.
             by_connections = {str(connections[shape]): dict(real)}
@@ -262,6 +296,7 @@ def run(
                 if str(n) in by_connections:
                     continue
                 point = measure_against_ceiling(shape, seconds, n, **where)
+                point["disk_bound_requests_per_s"] = disk_bound(n, fsync_ms)
                 lost += point["lost_events"]
                 by_connections[str(n)] = point
             if sweep:
