@@ -69,7 +69,10 @@ def main() -> None:
 
     def dash(name, **kw):
         old, new = both(**kw)
-        cases[name] = (lambda: base_dashboard.fetch(storage, old), lambda: dashboard.fetch(storage, new))
+        cases[name] = (
+            lambda: base_dashboard.fetch(storage, old),
+            lambda: dashboard.fetch(storage, new),
+        )
         cases[name + "_compare"] = (lambda: old_compare(old), lambda: new_compare(new))
 
     dash("dash_utc")
@@ -97,7 +100,9 @@ def main() -> None:
     async def run() -> None:
         print(f"{'case':28s} {'main ms':>9s} {'branch ms':>9s}  (medians of {n}, interleaved)")
         for name, (a, b) in cases.items():
-            if only and not any(name.startswith(o) for o in only):
+            if only and not any(
+                name == o.rstrip("$") if o.endswith("$") else name.startswith(o) for o in only
+            ):
                 continue
             await a()
             await b()
