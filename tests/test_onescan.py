@@ -1,9 +1,10 @@
-"""query/onescan.py: the filtered dashboard read in three passes over the raw window gives the
-rows the per-part queries of ``filtered.dashboard_sql`` give, for the same data: event filters on
-each event dimension, session filters, both, every operator, zones off UTC midnight, from/to
-ranges, bots counted or not, session values from sessions_quarter or grouped from the raw events.
-The served numbers of this path are checked against the reference model in
-tests/test_filters_wired.py (the runner, storage/dashboard.py, uses it)."""
+"""query/onescan.py: the filtered dashboard's counts of the kept events in one read of the raw
+window (and its sessions query) give the rows the per-part queries of ``filtered.dashboard_sql``
+give, for the same data: event filters on each event dimension, session filters, both, every
+operator, zones off UTC midnight, from/to ranges, bots counted or not, session values from
+sessions_quarter or grouped from the raw events. The served numbers of this path are checked
+against the reference model in tests/test_filters_wired.py (the runner, storage/dashboard.py,
+uses it)."""
 
 from __future__ import annotations
 

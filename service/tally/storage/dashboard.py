@@ -127,9 +127,9 @@ def assemble(results: dict[str, Rows]) -> DashboardRows:
 
 
 async def fetch_raw(storage: Storage, query: Query) -> DashboardRows:
-    """The raw path (filters or a from/to range): ``tally.query.onescan``'s queries, which
-    read the raw window three times (facts, sessions, latest events) where
-    ``filtered.dashboard_sql``'s read it once per part; the same rows."""
+    """The raw path (filters): ``tally.query.onescan``'s queries, which answer every count of
+    the kept events in one read of the raw window where ``filtered.dashboard_sql``'s read it
+    once per part; the same rows."""
     params = filtered.parameters(query)
     queries = {
         name: sql.replace("{db}", storage.database)
