@@ -4,7 +4,8 @@ run in one process, so that the shared machine's noise falls on both alike. Only
 storage-level fetches are timed (the same calls the controllers make). Not part of the package.
 
 Usage: git archive <main-commit> service | tar -x -C /tmp/b && cp -r /tmp/b/service/tally
-/tmp/ab/tally_base; PYTHONPATH=.:/tmp/ab python scripts/speed_ab.py .bench-data/chdb 5 [prefix..]"""
+/tmp/ab/tally_base; PYTHONPATH=.:/tmp/ab python scripts/speed_ab.py .bench-data/chdb 5 [prefix..]
+(a prefix ending in ``$`` names one case exactly: ``'fdash_path$'`` leaves out its compare)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import tally_base.domain.filters as base_filters
 import tally_base.query as base_query
+from tally_base.domain import ranges as base_ranges
 from tally_base.http import compare as base_compare
 from tally_base.storage import breakdown as base_breakdown
 from tally_base.storage import dashboard as base_dashboard
@@ -55,9 +57,9 @@ def main() -> None:
 
     async def old_compare(q):
         await base_dashboard.fetch(storage, q)
-        await base_dashboard.fetch(
-            storage, base_compare.earlier_query(q, base_compare.check_compare("previous_period"))
-        )
+        other = base_compare.earlier_query(q, base_ranges.parse_compare("previous_period"))
+        # as main's controller: the other range's summary and timeline only
+        await getattr(base_dashboard, "fetch_summary", base_dashboard.fetch)(storage, other)
 
     async def new_compare(q):
         await dashboard.fetch(storage, q)
@@ -69,7 +71,10 @@ def main() -> None:
 
     def dash(name, **kw):
         old, new = both(**kw)
-        cases[name] = (lambda: base_dashboard.fetch(storage, old), lambda: dashboard.fetch(storage, new))
+        cases[name] = (
+            lambda: base_dashboard.fetch(storage, old),
+            lambda: dashboard.fetch(storage, new),
+        )
         cases[name + "_compare"] = (lambda: old_compare(old), lambda: new_compare(new))
 
     dash("dash_utc")
@@ -97,7 +102,9 @@ def main() -> None:
     async def run() -> None:
         print(f"{'case':28s} {'main ms':>9s} {'branch ms':>9s}  (medians of {n}, interleaved)")
         for name, (a, b) in cases.items():
-            if only and not any(name.startswith(o) for o in only):
+            if only and not any(
+                name == o.rstrip("$") if o.endswith("$") else name.startswith(o) for o in only
+            ):
                 continue
             await a()
             await b()

@@ -99,11 +99,13 @@ def _sessions(query: Query, values: Mapping[str, tuple[str, str]], rollup: bool)
     )
 
 
-def kept_sql(query: Query, rollup: bool = True) -> str:
-    """The kept events (all columns and ``skey``). ``rollup``: session filters find their
-    sessions in sessions_quarter (else by grouping the raw events: the same sessions)."""
+def kept_conditions(query: Query, rollup: bool = True) -> tuple[str, str]:
+    """(session condition, event condition) on base's rows: the session filters' semi-join on
+    ``skey`` (true of every event of a matching session) and the event filters; "1" for none.
+    ``rollup``: session filters find their sessions in sessions_quarter (else by grouping the
+    raw events: the same sessions)."""
     names = {id(f): f"f{i}" for i, f in enumerate(query.filters)}
-    conditions = []
+    session = "1"
     by_session = session_filters(query.filters)
     if by_session:
         # The matching sessions from sessions_quarter (one row per session and 15 minutes)
@@ -113,13 +115,19 @@ def kept_sql(query: Query, rollup: bool = True) -> str:
             for j, f in enumerate(by_session)
         }
         matched = " AND ".join(match(f"v{j}", f, names[id(f)]) for j, f in enumerate(by_session))
-        conditions.append(
-            f"skey IN (SELECT skey FROM ({_sessions(query, values, rollup)}) WHERE {matched})"
-        )
-    for f in event_filters(query.filters):
-        conditions.append(match(f"toString({f.dimension.column})", f, names[id(f)]))
-    where = " AND ".join(conditions) or "1"
-    return f"SELECT * FROM ({base_sql(query)}) WHERE {where}"
+        session = f"skey IN (SELECT skey FROM ({_sessions(query, values, rollup)}) WHERE {matched})"
+    events = [
+        match(f"toString({f.dimension.column})", f, names[id(f)])
+        for f in event_filters(query.filters)
+    ]
+    return session, " AND ".join(events) or "1"
+
+
+def kept_sql(query: Query, rollup: bool = True) -> str:
+    """The kept events (all columns and ``skey``). ``rollup``: session filters find their
+    sessions in sessions_quarter (else by grouping the raw events: the same sessions)."""
+    session, events = kept_conditions(query, rollup)
+    return f"SELECT * FROM ({base_sql(query)}) WHERE {session} AND {events}"
 
 
 def dashboard_sql(query: Query, rollup: bool = True) -> dict[str, str]:

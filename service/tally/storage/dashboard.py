@@ -12,7 +12,7 @@ from datetime import date
 from typing import Any
 
 from ..domain.metrics import LIST_LIMIT
-from ..query import Query, decide, filtered
+from ..query import Query, decide, filtered, onescan
 from ..query.sql import PER_DAY, PER_HOUR, PER_NAME, dashboard_sql, parameters
 from .client import Storage
 
@@ -64,7 +64,7 @@ async def fetch(storage: Storage, query: Query) -> DashboardRows:
 # What a comparison shows of the other range: its summary and timeline. The rest (top lists,
 # latest events, live visitors) is not read for it.
 SUMMARY_PARTS = frozenset(
-    {"quarters", "visitors", "sessions", "session_ends", "session_ends_edge", "bots", "days"}
+    {"quarters", "visitors", "sessions", "session_ends", "session_ends_edge", "bots", "facts"}
 )
 
 
@@ -73,7 +73,7 @@ async def fetch_summary(storage: Storage, query: Query) -> DashboardRows:
     other parts are empty. The same queries as :func:`fetch`, fewer of them."""
     if query.raw:
         params = filtered.parameters(query)
-        sqls = filtered.dashboard_sql(query)
+        sqls = onescan.onescan_sql(query)
     else:
         plan = decide(query)
         params = parameters(query, plan)
@@ -85,10 +85,12 @@ async def fetch_summary(storage: Storage, query: Query) -> DashboardRows:
     }
     results = await asyncio.gather(*(storage.aquery(sql, params) for sql in queries.values()))
     found: dict[str, Rows] = dict(zip(queries, results, strict=True))
+    if query.raw:
+        return _raw_rows({**onescan.split(found.pop("facts")), **found, "recent": [], "live": []})
     empty = ("clients", "paths", "referrers", "recent", "live", "names", "hours")
     found.update({name: [] for name in empty})
     found.update({name: [] for name in ("browsers", "devices")})
-    return _raw_rows(found) if query.raw else assemble(found)
+    return assemble(found)
 
 
 def assemble(results: dict[str, Rows]) -> DashboardRows:
@@ -125,14 +127,17 @@ def assemble(results: dict[str, Rows]) -> DashboardRows:
 
 
 async def fetch_raw(storage: Storage, query: Query) -> DashboardRows:
-    """The raw path (filters or a from/to range): ``tally.query.filtered``'s queries."""
+    """The raw path (filters): ``tally.query.onescan``'s queries, which answer every count of
+    the kept events in one read of the raw window where ``filtered.dashboard_sql``'s read it
+    once per part; the same rows."""
     params = filtered.parameters(query)
     queries = {
         name: sql.replace("{db}", storage.database)
-        for name, sql in filtered.dashboard_sql(query).items()
+        for name, sql in onescan.onescan_sql(query).items()
     }
     results = await asyncio.gather(*(storage.aquery(sql, params) for sql in queries.values()))
-    return _raw_rows(dict(zip(queries, results, strict=True)))
+    found = dict(zip(queries, results, strict=True))
+    return _raw_rows({**onescan.split(found.pop("facts")), **found})
 
 
 def _raw_rows(r: dict[str, Rows]) -> DashboardRows:

@@ -1,0 +1,133 @@
+"""The filtered dashboard in few reads of the raw window (issue 17).
+
+``filtered.dashboard_sql`` asks about ten questions of the kept events, each reading the window
+of raw events (and, under session filters, finding the matching sessions in sessions_quarter)
+again. Here the same answers come from three queries:
+
+- *facts*: one pass over the kept events, grouped by ``GROUPING SETS`` into the local day, the
+  local hour, the event name, the pageviews' path and referrer, browser, device type and the
+  whole window; each row carries events, pageviews and distinct visitors (``uniqExact``). The
+  top lists are cut to ``LIST_LIMIT`` in SQL by the same order as before.
+- *sessions*: the window's events of the sessions with a kept event (the session filters'
+  semi-join, and under event filters one on the kept events' session keys), grouped by
+  session: the same query as before.
+- *recent*, *live* and *bots* as before.
+
+:func:`split` turns the facts rows into the rows ``filtered.dashboard_sql``'s queries return, so
+that the runner and the tests (which compare both ways over the same data) see one shape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..domain.metrics import LIST_LIMIT
+from .filtered import LOCAL, base_sql, dashboard_sql, kept_conditions
+from .model import Query
+
+# The grouping sets of *facts*, in ``grouping()``'s argument order.
+KEYS = ("d", "h", "name", "pth", "ref", "br", "dev")
+_ALL = (1 << len(KEYS)) - 1
+
+
+def _set(column: str) -> int:
+    """``grouping(KEYS...)`` of the rows of the set keyed by ``column`` alone (a bit is 1 for
+    each column aggregated over, the first argument's the highest)."""
+    return _ALL - (1 << (len(KEYS) - 1 - KEYS.index(column)))
+
+
+DAYS, HOURS, NAMES = _set("d"), _set("h"), _set("name")
+PATHS, REFERRERS, BROWSERS, DEVICES = _set("pth"), _set("ref"), _set("br"), _set("dev")
+WINDOW = _ALL
+# The top lists and the string key each is ordered by (count desc, key asc), as before.
+LISTS = {NAMES: "name", PATHS: "pth", REFERRERS: "ref", BROWSERS: "br", DEVICES: "dev"}
+
+
+def facts_sql(query: Query, rollup: bool = True) -> str:
+    session, events = kept_conditions(query, rollup)
+    keys = ", ".join(KEYS)
+    sets = ", ".join(f"({k})" for k in KEYS) + ", ()"
+    key = "multiIf(" + ", ".join(f"g = {g}, {c}" for g, c in LISTS.items()) + ", '')"
+    return f"""
+        SELECT g, {keys}, c, pv, v FROM (
+            SELECT g, {keys}, c, pv, v,
+                   row_number() OVER (PARTITION BY g ORDER BY c DESC, {key} ASC) AS rank
+            FROM (
+                SELECT grouping({keys}) AS g, {keys}, count() AS c,
+                       countIf(name = 'pageview') AS pv,
+                       uniqExactIf(visitor_hash, visitor_hash != 0) AS v
+                FROM (
+                    SELECT toDate({LOCAL}) AS d, toHour({LOCAL}) AS h, name,
+                           if(name = 'pageview', path, '') AS pth,
+                           if(name = 'pageview', referrer, '') AS ref,
+                           toString(browser) AS br, toString(device_type) AS dev, visitor_hash
+                    FROM ({base_sql(query)}) WHERE {session} AND {events})
+                GROUP BY GROUPING SETS ({sets})))
+        WHERE g IN ({DAYS}, {HOURS}, {WINDOW})
+           OR (g IN ({PATHS}, {REFERRERS}) AND {key} != '' AND rank <= {LIST_LIMIT + 1})
+           OR (g NOT IN ({PATHS}, {REFERRERS}) AND rank <= {LIST_LIMIT})"""
+
+
+def sessions_sql(query: Query, rollup: bool = True) -> str:
+    """(sessions, with a pageview, bounced, session_end events, total duration ms) of the
+    sessions with a kept event, every event of theirs in the window."""
+    session, events = kept_conditions(query, rollup)
+    ms = "toInt128(toUnixTimestamp64Milli(occurred_at))"
+    unstated = "name = 'session_end' AND duration_ms IS NULL"
+    # Under event filters, only the sessions with a kept event are grouped (a semi-join on the
+    # kept events' keys): grouping every session of the window and keeping those with a kept
+    # event gives the same rows, measured slower.
+    restrict = (
+        ""
+        if events == "1"
+        else f" AND skey IN (SELECT skey FROM ({base_sql(query)}) WHERE {session} AND {events})"
+    )
+    return f"""
+        SELECT countIf(sid != ''), countIf(sid != '' AND pv >= 1), countIf(sid != '' AND pv = 1),
+               sum(ends), sum(stated) + toFloat64(sum(unstated_ms))
+        FROM (SELECT any(session_id) AS sid, countIf(name = 'pageview') AS pv,
+                     countIf(name = 'session_end') AS ends,
+                     sumIf(assumeNotNull(duration_ms),
+                           name = 'session_end' AND duration_ms IS NOT NULL) AS stated,
+                     sumIf({ms}, {unstated}) - countIf({unstated}) * min({ms}) AS unstated_ms
+              FROM ({base_sql(query)})
+              WHERE {session}{restrict}
+              GROUP BY skey)"""
+
+
+def onescan_sql(query: Query, rollup: bool = True) -> dict[str, str]:
+    """The filtered dashboard's queries by name: ``facts`` (see :func:`split`), ``sessions``,
+    and ``recent``, ``live``, ``bots`` as in ``filtered.dashboard_sql``."""
+    old = dashboard_sql(query, rollup)
+    out = {"facts": facts_sql(query, rollup), "sessions": sessions_sql(query, rollup)}
+    out.update({name: old[name] for name in ("recent", "live", "bots") if name in old})
+    return out
+
+
+Rows = list[tuple[Any, ...]]
+
+
+def split(facts: Rows) -> dict[str, Rows]:
+    """The facts rows as ``filtered.dashboard_sql``'s queries give them: ``days`` (day, events,
+    pageviews, visitors), ``hours``, ``names``, ``paths``, ``referrers``, ``browsers``,
+    ``devices`` ((key, count), count desc then key asc, at most LIST_LIMIT) and ``visitors``."""
+    by: dict[int, Rows] = {}
+    for row in facts:
+        by.setdefault(int(row[0]), []).append(row)
+    out: dict[str, Rows] = {
+        "days": [(r[1], r[8], r[9], r[10]) for r in by.get(DAYS, [])],
+        "hours": [(r[2], r[8]) for r in by.get(HOURS, [])],
+        "visitors": [(r[10],) for r in by.get(WINDOW, [])] or [(0,)],
+    }
+    for name, g in (
+        ("names", NAMES),
+        ("paths", PATHS),
+        ("referrers", REFERRERS),
+        ("browsers", BROWSERS),
+        ("devices", DEVICES),
+    ):
+        column = 1 + KEYS.index(LISTS[g])
+        rows = sorted(((r[column], r[8]) for r in by.get(g, [])), key=lambda x: (-x[1], x[0]))
+        out[name] = [row for row in rows if name not in ("paths", "referrers") or row[0]][
+            :LIST_LIMIT
+        ]
+    return out
