@@ -18,19 +18,17 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import msgspec
 from litestar import Litestar, Request, get, post
 from litestar.status_codes import HTTP_202_ACCEPTED
 
 from tally.http.schemas import Accepted, CollectBody
 
-from .common import free_port
+from .common import free_port, wait_up
 
 _decode = msgspec.json.Decoder(CollectBody).decode
 
@@ -97,18 +95,7 @@ def serve_bare(log_dir: Path, workers: int = 1) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the bare app exited: {Path(log.name).read_text()}")
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("the bare app did not start")
-            time.sleep(0.1)
+        wait_up(proc, f"{url}/health", Path(log.name), "the bare app", timeout=60, step=0.1)
         yield url
     finally:
         proc.send_signal(signal.SIGTERM)

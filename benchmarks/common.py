@@ -136,6 +136,25 @@ class Server:
         return response.json()["projectId"], response.json()["apiKey"]
 
 
+def wait_up(
+    proc: subprocess.Popen[str], health: str, log: Path, what: str, timeout: float, step: float
+) -> None:
+    """Until ``health`` answers 200; an error naming ``what`` if the process exits first (with
+    its log) or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited: {log.read_text()}")
+        try:
+            if httpx.get(health, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not become healthy")
+        time.sleep(step)
+
+
 @contextmanager
 def serve(
     data_dir: Path, clickhouse_url: str = "", workers: int = 1, **settings: str
@@ -167,18 +186,7 @@ def serve(
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"tally serve exited: {(data_dir / log.name).read_text()}")
-            try:
-                if httpx.get(f"{url}/api/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("tally serve did not become healthy")
-            time.sleep(0.2)
+        wait_up(proc, f"{url}/api/health", Path(log.name), "tally serve", timeout=120, step=0.2)
         yield Server(url, port, proc)
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -33,32 +33,17 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 from zoneinfo import ZoneInfo
 
 import httpx
 
+from tally.query.breakdown import By
+
 from .common import bench_url, drop_bench_database, percentile
 
 DAYS = 90
-BY = (
-    "path",
-    "entryPage",
-    "exitPage",
-    "source",
-    "channel",
-    "referrer",
-    "utmSource",
-    "utmMedium",
-    "utmCampaign",
-    "utmContent",
-    "utmTerm",
-    "country",
-    "browser",
-    "os",
-    "deviceType",
-    "event",
-)
+BY = get_args(By)  # every dimension of /api/breakdown, as the service lists them
 # by -> (column of the reference table). Session dimensions read the session's value.
 COLUMN = {
     "path": "path",
