@@ -97,7 +97,9 @@ def export(client: Any, user: str, query: str) -> Any:
 def column_types(client: Any) -> dict[str, str]:
     rows = stored(
         client,
-        "SELECT name, type FROM system.columns WHERE database = {d:String} AND table = 'events'",
+        # The columns of SELECT *: not the engine's MATERIALIZED keys (schema 009).
+        "SELECT name, type FROM system.columns WHERE database = {d:String} AND table = 'events' "
+        "AND default_kind NOT IN ('MATERIALIZED', 'ALIAS', 'EPHEMERAL')",
         d=client.app.state.storage.database,
     )
     return dict(rows)

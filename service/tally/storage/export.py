@@ -92,10 +92,12 @@ class ExportSpec:
 
 def columns(storage: Storage, hide_ip: bool) -> list[str]:
     """Every stored column of ``events``, in table order, read from the engine so that columns
-    added by later schema files come along; ``ip`` left out when ``hide_ip``, hashes never."""
+    added by later schema files come along; ``ip`` left out when ``hide_ip``, hashes never. The
+    columns ``SELECT *`` gives: the engine's own MATERIALIZED keys (schema 009's session_key and
+    visitor_hash, computed from exported columns) are not part of an event's record."""
     rows = storage.query(
         "SELECT name FROM system.columns WHERE database = {db:String} AND table = 'events' "
-        "ORDER BY position",
+        "AND default_kind NOT IN ('MATERIALIZED', 'ALIAS', 'EPHEMERAL') ORDER BY position",
         {"db": storage.database},
     )
     names = [r[0] for r in rows]

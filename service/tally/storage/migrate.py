@@ -274,6 +274,7 @@ RETENTION_COLUMNS: dict[str, str] = {
     "sessions_daily": "day",
     "events_quarter": "bucket",
     "visitors_quarter": "bucket",
+    "sessions_quarter": "bucket",
 }
 
 
