@@ -62,6 +62,7 @@ def test_every_rollup_is_fed_by_a_view(client):
         "events_quarter",
         "visitors_quarter",
         "sessions_quarter",
+        "audience_quarter",
     }
 
 

@@ -20,7 +20,7 @@ from conftest import new_project
 from tally.domain.filters import DIMENSIONS, parse_filters
 from tally.query import Query, decide, filtered
 from tally.query.breakdown import breakdown_parameters, breakdown_sql
-from tally.query.decider import SESSIONS_ROLLUP, breakdown_table
+from tally.query.decider import AUDIENCE_COLUMNS, SESSIONS_ROLLUP, breakdown_table
 from tally.storage.breakdown import fetch_breakdown
 from tally.storage.client import Storage, parse_url
 from tally.storage.migrate import load_migrations, migrate, migrations_table
@@ -161,8 +161,8 @@ def test_the_decider_names_a_table_per_filter():
         )
         for event_dim in EVENT_DIMS:
             assert table(by, [["is", event_dim, ["x"]]]) == "raw"
-    for by in EVENT_DIMS:
-        assert table(by, []) == "raw"
+    for by in EVENT_DIMS:  # country, browser, os, deviceType: tests/test_audience_rollup.py
+        assert table(by, []) == ("audience_quarter" if by in AUDIENCE_COLUMNS else "raw")
 
 
 def test_a_closed_range_reads_raw_edges_at_both_ends():

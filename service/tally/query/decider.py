@@ -12,7 +12,9 @@
   one project's events at each end, a narrow read on the raw table's ``(project_id, occurred_at)``
   order.
 - Filters: :func:`breakdown_table` says, per breakdown, whether ``sessions_quarter`` answers it
-  (a session dimension under session filters only) or the raw table is read (query/filtered.py).
+  (a session dimension under session filters only), ``audience_quarter`` (schema 010: country,
+  browser, os or deviceType, under filters on those four only), or the raw table is read
+  (query/filtered.py).
   A filtered dashboard reads the raw table; session filters find their sessions in
   ``sessions_quarter`` rather than grouping the window's raw events by session.
 - The latest events and live visitors are read from the raw table, as before.
@@ -28,6 +30,15 @@ from ..domain.filters import DIMENSIONS
 from .model import QUARTER, Query
 
 SESSIONS_ROLLUP: Final = "sessions_quarter"
+AUDIENCE_ROLLUP: Final = "audience_quarter"
+RAW: Final = "raw"
+# The dimensions audience_quarter keeps per visitor and 15 minutes (API name: its column).
+AUDIENCE_COLUMNS: Final = {
+    "country": "country",
+    "browser": "browser",
+    "os": "os",
+    "deviceType": "device_type",
+}
 
 
 @dataclass(frozen=True)
@@ -85,12 +96,18 @@ def decide(query: Query) -> Plan:
     return Plan(start, end, first, last, edge, end_edge)
 
 
-def breakdown_table(query: Query) -> Literal["sessions_quarter", "raw"]:
+def breakdown_table(query: Query) -> Literal["sessions_quarter", "audience_quarter", "raw"]:
     """Which table answers ``query``'s breakdown exactly. ``sessions_quarter`` holds each
     session's values and counts, not its events' paths or countries: it answers a session
-    dimension when every filter is a session filter (or there are none). Anything else reads
-    the raw table."""
+    dimension when every filter is a session filter (or there are none). ``audience_quarter``
+    holds each visitor's events per country, browser, os and device type: it answers a breakdown
+    by one of those when every filter is on one of those (each an event filter, a ``WHERE`` on
+    its rows). Anything else reads the raw table."""
     dim = DIMENSIONS.get(query.dimension or "")
     if dim is not None and dim.is_session and all(f.dimension.is_session for f in query.filters):
         return SESSIONS_ROLLUP
-    return "raw"
+    if query.dimension in AUDIENCE_COLUMNS and all(
+        f.dimension.name in AUDIENCE_COLUMNS for f in query.filters
+    ):
+        return AUDIENCE_ROLLUP
+    return RAW

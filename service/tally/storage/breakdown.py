@@ -1,5 +1,6 @@
 """The breakdown's runner: executes the query layer's SQL (``tally.query.breakdown``), from the
-table the decider names (``sessions_quarter`` or the raw table, query/decider.py)."""
+table the decider names (``sessions_quarter``, ``audience_quarter`` or the raw table,
+query/decider.py)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,13 @@ from typing import Any
 
 from ..query import Query, filtered
 from ..query.breakdown import breakdown_parameters, breakdown_sql
-from ..query.decider import SESSIONS_ROLLUP, breakdown_table
+from ..query.decider import RAW, breakdown_table
 from .client import Storage
 
 
 async def fetch_breakdown(storage: Storage, query: Query) -> list[tuple[Any, ...]]:
     """(value, visitors, pageviews, events) rows of ``query.dimension``, best first."""
-    if query.filters and breakdown_table(query) != SESSIONS_ROLLUP:
+    if query.filters and breakdown_table(query) == RAW:
         sql = filtered.breakdown_sql(query).replace("{db}", storage.database)
         return await storage.aquery(sql, filtered.parameters(query))
     sql = breakdown_sql(query).replace("{db}", storage.database)

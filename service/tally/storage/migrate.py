@@ -68,6 +68,7 @@ SHARDING_KEYS: dict[str, str] = {
     "events_quarter": PROJECT_SHARD,
     "visitors_quarter": PROJECT_SHARD,
     "sessions_quarter": PROJECT_SHARD,
+    "audience_quarter": PROJECT_SHARD,
     "projects": "cityHash64(id)",
     "api_keys": PROJECT_SHARD,
     "api_key_usage": PROJECT_SHARD,
@@ -275,6 +276,7 @@ RETENTION_COLUMNS: dict[str, str] = {
     "events_quarter": "bucket",
     "visitors_quarter": "bucket",
     "sessions_quarter": "bucket",
+    "audience_quarter": "bucket",
 }
 
 

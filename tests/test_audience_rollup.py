@@ -1,0 +1,178 @@
+"""Schema 010's ``audience_quarter`` and the decider's choice of it (query/decider.py): a
+breakdown by country, browser, os or deviceType read from the rollup equals the raw table's
+answer and the reference model's (tests/reference_filters.py), for the same data, with and
+without filters on those four dimensions, in zones off UTC midnight, over from/to ranges, with
+bots counted or not. Also: the upgrade from schema 009 fills the rollup from the events stored
+before (once), and a deleted project's rows leave it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from conftest import new_project
+from tally.domain.filters import DIMENSIONS, parse_filters
+from tally.query import Query
+from tally.query.breakdown import breakdown_parameters, breakdown_sql
+from tally.query.decider import AUDIENCE_COLUMNS, AUDIENCE_ROLLUP, breakdown_table
+from tally.storage.breakdown import fetch_breakdown
+from tally.storage.client import Storage, parse_url
+from tally.storage.migrate import load_migrations, migrate, migrations_table
+from tally.storage.purge import purge_project
+from test_filters_wired import sent, traffic
+from test_local_time import store
+from test_sessions_rollup import _insert, _raw, _reference, _rows
+
+AUDIENCE = list(AUDIENCE_COLUMNS)
+OTHERS = [name for name in DIMENSIONS if name not in AUDIENCE_COLUMNS]
+
+
+def _rollup(storage: Storage, query: Query) -> list[dict]:
+    assert breakdown_table(query) == AUDIENCE_ROLLUP
+    sql = breakdown_sql(query).replace("{db}", storage.database)
+    assert "audience_quarter" in sql and ".events" not in sql
+    return _rows(asyncio.run(storage.aquery(sql, breakdown_parameters(query))))
+
+
+def audience_filters(events) -> list[list]:
+    """Each of the four dimensions with each operator, values from the data; and combinations."""
+    out: list[list] = []
+    for name in AUDIENCE:
+        column = DIMENSIONS[name].column
+        present = sorted({getattr(e, column) for e in events if getattr(e, column)})
+        value = present[len(present) // 2]
+        for op in ("is", "is_not", "contains", "contains_not"):
+            vals = [value, "' OR ''='"] if op.startswith("is") else [value[1:3].upper() or value]
+            out.append([[op, name, vals]])
+    out.append([["is", "country", ["DE", "NP"]], ["is_not", "browser", ["Safari"]]])
+    out.append([["contains", "os", ["i"]], ["is", "deviceType", ["desktop", "日本語"]]])
+    return out
+
+
+@pytest.fixture(scope="module")
+def site(client):
+    project_id, _ = new_project(client)
+    now = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2)
+    events = traffic(now, seed=41)
+    store(client, project_id, sent(events))
+    other, _ = new_project(client, user="bob")
+    store(client, other, sent(traffic(now, seed=42)))  # another tenant in the same tables
+    return project_id, now, events
+
+
+def test_the_rollup_and_the_raw_table_give_the_same_rows(client, site):
+    project_id, now, events = site
+    storage = client.app.state.storage
+    checked = 0
+    cases = [([], by) for by in AUDIENCE]
+    cases += [(raw, AUDIENCE[i % len(AUDIENCE)]) for i, raw in enumerate(audience_filters(events))]
+    for i, (raw, by) in enumerate(cases):
+        filters = parse_filters(json.dumps(raw))
+        tz = ("UTC", "Asia/Kathmandu", "America/New_York")[i % 3]
+        query = Query(project_id, 7, now, tz=tz, filters=filters, dimension=by, limit=1000)
+        got = _rollup(storage, query)
+        assert got == _raw(storage, query) == _reference(events, query, raw), (raw, by, tz)
+        checked += bool(got)
+    assert checked > 15  # not vacuous
+
+
+def test_ranges_zones_and_bots_the_same_either_way(client, site):
+    project_id, now, events = site
+    storage = client.app.state.storage
+    for tz in ("UTC", "Asia/Kathmandu", "Australia/Lord_Howe", "Pacific/Chatham"):
+        zone = ZoneInfo(tz)
+        last = now.astimezone(zone).date() - timedelta(days=1)
+        for first, bots in ((last - timedelta(days=3), True), (last, False)):
+            for by in AUDIENCE:
+                query = Query(
+                    project_id,
+                    (last - first).days + 1,
+                    now,
+                    tz=tz,
+                    exclude_bots=bots,
+                    dimension=by,
+                    limit=1000,
+                    first=first,
+                    last=last,
+                )
+                got = _rollup(storage, query)
+                assert got == _raw(storage, query) == _reference(events, query, []), (tz, by)
+
+
+def test_the_served_breakdown_follows_the_decider(client, site):
+    """fetch_breakdown reads the table the decider names and answers as the reference."""
+    project_id, now, events = site
+    storage = client.app.state.storage
+    for raw, by in (
+        ([["is", "country", ["DE"]]], "browser"),  # audience on audience: rollup
+        ([], "deviceType"),
+        ([["contains", "path", ["blog"]]], "country"),  # an event filter it lacks: raw
+        ([["is_not", "channel", ["Direct"]]], "os"),  # a session filter: raw
+    ):
+        query = Query(project_id, 7, now, filters=parse_filters(json.dumps(raw)), dimension=by)
+        got = _rows(asyncio.run(fetch_breakdown(storage, query)))
+        assert got == _reference(events, query, raw), (raw, by)
+        assert got  # not vacuous
+
+
+def test_the_decider_names_audience_quarter_only_when_it_answers():
+    now = datetime(2026, 5, 26, 12, tzinfo=UTC)
+
+    def table(by: str, raw: list) -> str:
+        return breakdown_table(
+            Query("p" * 24, 7, now, dimension=by, filters=parse_filters(json.dumps(raw)))
+        )
+
+    for by in AUDIENCE:
+        assert table(by, []) == "audience_quarter"
+        assert table(by, [["is", "country", ["DE"]], ["contains", "os", ["win"]]]) == (
+            "audience_quarter"
+        )
+        for other in OTHERS:
+            assert table(by, [["is", other, ["x"]]]) == "raw", (by, other)
+    for by in OTHERS:
+        assert table(by, [["is", "country", ["DE"]]]) != "audience_quarter"
+
+
+def test_upgrade_from_009_fills_the_rollup_once_and_purge_empties_it(chdb_path):
+    storage = Storage(parse_url(f"chdb://{chdb_path}?database=z_{uuid.uuid4().hex[:10]}"), 4)
+    db = storage.database
+    try:
+        storage.command(migrations_table(db))
+        for migration in load_migrations():
+            if migration.version >= 10:
+                break
+            for statement in migration.statements(db):
+                storage.command(statement)
+            storage.insert(
+                f"{db}.schema_migrations",
+                [[migration.version], [migration.name], [migration.checksum]],
+                ["version", "name", "checksum"],
+            )
+        now = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2)
+        project, other = "a" * 24, "b" * 24
+        events = traffic(now, seed=43)
+        before = sent(events)
+        _insert(storage, project, before[: len(before) // 2])  # written by schema 009
+        _insert(storage, other, sent(traffic(now, seed=44)))
+        assert "010_audience_quarter" in migrate(storage)
+        _insert(storage, project, before[len(before) // 2 :])  # through the view
+        assert migrate(storage) == []  # applied again: the backfill does not run twice
+        for by in AUDIENCE:
+            for tz in ("UTC", "Asia/Kathmandu"):
+                query = Query(project, 7, now, tz=tz, dimension=by, limit=1000)
+                got = _rollup(storage, query)
+                assert got == _raw(storage, query) == _reference(events, query, []), (by, tz)
+                assert got
+        count = f"SELECT count() FROM {db}.audience_quarter WHERE project_id = {{p:String}}"
+        assert storage.query(count, {"p": project})[0][0] > 0
+        assert "audience_quarter" in purge_project(storage, project)
+        assert storage.query(count, {"p": project}) == [(0,)]
+        assert storage.query(count, {"p": other})[0][0] > 0  # the neighbour keeps its rows
+    finally:
+        storage.close()
