@@ -174,7 +174,11 @@ def dashboard_sql(query: Query, rollup: bool = True) -> dict[str, str]:
         WHERE project_id = {{p:String}} AND occurred_at >= {{live:DateTime64(3, 'UTC')}}
           AND visitor_id != ''{bots(query)}"""
     if query.exclude_bots:
-        out["bots"] = f"SELECT count() FROM {{db}}.events WHERE {RANGE} AND is_bot = 1"
+        # The window's bot events (not filtered, as summary.botEvents always is): events_quarter
+        # holds them per 15 minutes, and a window is on that grid (query/decider.py).
+        out["bots"] = (
+            f"SELECT sum(events) FROM {{db}}.events_quarter WHERE {QUARTERS} AND is_bot = 1"
+        )
     return out
 
 
