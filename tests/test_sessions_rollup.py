@@ -289,3 +289,51 @@ def test_a_session_filtered_dashboard_is_the_same_either_way(client, site):
             assert "sessions_quarter" not in slow[name]
             assert a == b, (raw, name)
         assert "sessions_quarter" in fast["days"] and fast["days"] != slow["days"]
+
+
+def test_upgrade_to_011_reads_the_visitor_lists_of_rows_written_before(chdb_path):
+    """Schema 011's ``visitor_list`` of rows stored by 010 comes from their ``visitors`` state
+    (the column's DEFAULT), before and after the operator's MATERIALIZE COLUMN, and rows written
+    after the upgrade carry it too: every session breakdown stays the raw table's answer."""
+    storage = Storage(parse_url(f"chdb://{chdb_path}?database=y_{uuid.uuid4().hex[:10]}"), 4)
+    db = storage.database
+    try:
+        storage.command(migrations_table(db))
+        for migration in load_migrations():
+            if migration.version >= 11:
+                break
+            for statement in migration.statements(db):
+                storage.command(statement)
+            storage.insert(
+                f"{db}.schema_migrations",
+                [[migration.version], [migration.name], [migration.checksum]],
+                ["version", "name", "checksum"],
+            )
+        now = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2)
+        project = "c" * 24
+        events = traffic(now, seed=33)
+        before = sent(events)
+        _insert(storage, project, before[: len(before) // 2])  # written by schema 010
+        assert migrate(storage) == ["011_session_visitor_list"]
+        _insert(storage, project, before[len(before) // 2 :])  # through the view, after it
+
+        def check() -> None:
+            for by in SESSION_DIMS[::3]:
+                query = Query(project, 7, now, tz="Asia/Kathmandu", dimension=by, limit=1000)
+                got = _rollup(storage, query)
+                assert got == _raw(storage, query) == _reference(events, query, []), by
+                assert got
+
+        check()
+        storage.command(
+            f"ALTER TABLE {db}.sessions_quarter MATERIALIZE COLUMN visitor_list "
+            "SETTINGS mutations_sync = 2"
+        )
+        check()
+        differ = storage.query(
+            f"SELECT countIf(arraySort(visitor_list) != arraySort(finalizeAggregation(visitors)))"
+            f" FROM {db}.sessions_quarter"
+        )
+        assert differ == [(0,)]
+    finally:
+        storage.close()

@@ -8,8 +8,8 @@ under that value, as Plausible's visit dimensions do. Events without a session i
 themselves. Rows with an empty value are left out (as the dashboard's top lists do).
 
 Where each is read (query/decider.py): a session dimension from ``sessions_quarter`` (schema 008:
-per session and 15 minutes, the states of its first and last values, its visitors and counts; a
-session's buckets in the window merge to the raw table's answer exactly); country, browser, os
+per session and 15 minutes, the states of its first and last values, its visitors (schema 011:
+a plain array) and counts; a session's buckets in the window merge to the raw table's answer exactly); country, browser, os
 and deviceType from ``audience_quarter`` (schema 010: per visitor and 15 minutes, its events and
 pageviews under each combination of the four); any other event dimension from the raw ``events``
 table, a narrow read on ``(project_id, occurred_at)`` of the window's columns
@@ -110,7 +110,7 @@ def sessions_rollup_sql(query: Query) -> str:
     return f"""
         SELECT value, uniqExactArray(vs) AS visitors, sum(pv) AS pageviews, sum(n) AS events
         FROM (SELECT {names[dimension]} AS value, vs, pv, n
-              FROM (SELECT {columns}, groupUniqArrayMerge(visitors) AS vs,
+              FROM (SELECT {columns}, groupUniqArrayArray(visitor_list) AS vs,
                            sum(pageviews) AS pv, sum(events) AS n
                     FROM {{db}}.sessions_quarter WHERE {QUARTERS_WINDOW}{bots(query)}
                     GROUP BY session_key, sessioned)
