@@ -43,6 +43,12 @@ def main() -> None:
     t = time.perf_counter()
     applied = migrate(storage)
     print(json.dumps({"migrated": applied, "seconds": round(time.perf_counter() - t, 1)}))
+    if "011_session_visitor_list" in applied:
+        # The operator's one-off step after schema 011 (docs/operations.md), as for 009 below.
+        storage.command(
+            f"ALTER TABLE {storage.database}.sessions_quarter MATERIALIZE COLUMN visitor_list "
+            "SETTINGS mutations_sync = 2"
+        )
     done = folder.parent / "materialized.txt"
     if "009_event_keys" in applied or not done.exists():
         # The operator's one-off step after schema 009 (docs/operations.md): write the keys of

@@ -2,7 +2,8 @@
 window (and its sessions query) give the rows the per-part queries of ``filtered.dashboard_sql``
 give, for the same data: event filters on each event dimension, session filters, both, every
 operator, zones off UTC midnight, from/to ranges, bots counted or not, session values from
-sessions_quarter or grouped from the raw events. The served numbers of this path are checked
+sessions_quarter or grouped from the raw events, and under filters on country, browser, os and
+device type only the part audience_quarter answers (query/audience.py). The served numbers of this path are checked
 against the reference model in tests/test_filters_wired.py (the runner, storage/dashboard.py,
 uses it)."""
 
@@ -38,6 +39,8 @@ def _filter_sets(events) -> list[list]:
         [["contains_not", "entryPage", ["BLOG"]], ["contains", "path", ["/"]]],
         [["is_not", "exitPage", ["/"]], ["is", "channel", ["Direct", "Email"]]],
         [["is", "path", ["/no/such/page"]]],  # nothing kept: empty lists, zero visitors
+        [["is", "country", ["DE", "NP"]], ["is_not", "browser", ["Safari"]]],
+        [["is", "country", ["ZZ"]]],  # nothing kept, from audience_quarter
     ]
     return out
 
@@ -68,7 +71,7 @@ def _sort(rows) -> list[tuple]:
 def test_one_scan_gives_the_per_part_rows(client, site, rollup):  # noqa: F811
     project_id, now, events = site
     storage = client.app.state.storage
-    compared = kept_something = 0
+    compared = kept_something = audience = 0
     for raw in _filter_sets(events):
         for query in _queries(project_id, now, raw):
             params = filtered.parameters(query)
@@ -76,7 +79,12 @@ def test_one_scan_gives_the_per_part_rows(client, site, rollup):  # noqa: F811
             new = onescan.onescan_sql(query, rollup)
             if not rollup:
                 assert all("sessions_quarter" not in sql for sql in new.values())
-            parts = onescan.split(_run(storage, new["facts"], params))
+            facts = _run(storage, new["facts"], params)
+            if "facts_audience" in new:  # filters on country, browser, os, device type only
+                assert "audience_quarter" in new["facts_audience"]
+                facts += _run(storage, new["facts_audience"], params)
+                audience += 1
+            parts = onescan.split(facts)
             for name, rows in parts.items():
                 want = _run(storage, old[name], params)
                 if name in ("days", "hours"):
@@ -88,3 +96,4 @@ def test_one_scan_gives_the_per_part_rows(client, site, rollup):  # noqa: F811
             ), (raw, query.tz)
             kept_something += int(parts["visitors"][0][0] > 0)
     assert compared > 100 and kept_something > 10  # the data exercised the filters
+    assert audience >= 15  # and audience_quarter's share of them

@@ -9,18 +9,19 @@ themselves. Rows with an empty value are left out (as the dashboard's top lists 
 
 Where each is read (query/decider.py): a session dimension from ``sessions_quarter`` (schema 008:
 per session and 15 minutes, the states of its first and last values, its visitors (schema 011:
-a plain array) and counts; a session's buckets in the window merge to the raw table's answer exactly); country, browser, os
-and deviceType from ``audience_quarter`` (schema 010: per visitor and 15 minutes, its events and
-pageviews under each combination of the four); any other event dimension from the raw ``events``
-table, a narrow read on ``(project_id, occurred_at)`` of the window's columns
-it needs. Visitors are exact (distinct 64-bit hashes of the visitor ids, as every rollup)."""
+a plain array) and counts; a session's buckets in the window merge to the raw table's answer
+exactly); country, browser, os and deviceType from ``audience_quarter`` (query/audience.py);
+any other event dimension from the raw ``events`` table, a narrow read on
+``(project_id, occurred_at)`` of the window's columns it needs. Visitors are exact (distinct
+64-bit hashes of the visitor ids, as every rollup)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .decider import AUDIENCE_COLUMNS, AUDIENCE_ROLLUP, SESSIONS_ROLLUP, breakdown_table, decide
+from . import audience
+from .decider import AUDIENCE_ROLLUP, SESSIONS_ROLLUP, breakdown_table, decide
 from .filtered import match  # the raw path's matching: the same SQL on the same values
 from .model import Query
 from .sql import WINDOW, bots
@@ -119,25 +120,6 @@ def sessions_rollup_sql(query: Query) -> str:
         GROUP BY value {ORDER}"""
 
 
-def audience_rollup_sql(query: Query) -> str:
-    """A breakdown by country, browser, os or deviceType from ``audience_quarter`` (schema 010):
-    its rows in the window that match every filter (each on one of those four columns, as the
-    raw path matches an event's), grouped by the value; distinct visitors are the distinct
-    non-zero ``visitor_hash`` of those rows, as the raw table's of its events."""
-    column = AUDIENCE_COLUMNS[query.dimension or ""]
-    kept = "".join(
-        " AND " + match(f"toString({AUDIENCE_COLUMNS[f.dimension.name]})", f, f"f{i}")
-        for i, f in enumerate(query.filters)
-    )
-    return f"""
-        SELECT toString({column}) AS value,
-               uniqExactIf(visitor_hash, visitor_hash != 0) AS visitors,
-               sum(pageviews) AS pageviews, sum(events) AS events
-        FROM {{db}}.audience_quarter
-        WHERE {QUARTERS_WINDOW}{bots(query)}{kept} AND {column} != ''
-        GROUP BY value {ORDER}"""
-
-
 def breakdown_sql(query: Query) -> str:
     """One query: (value, visitors, pageviews, events) rows, in the contract's order."""
     if query.dimension not in DIMENSIONS:
@@ -146,7 +128,7 @@ def breakdown_sql(query: Query) -> str:
     if table == SESSIONS_ROLLUP:
         return sessions_rollup_sql(query)
     if table == AUDIENCE_ROLLUP:
-        return audience_rollup_sql(query)
+        return audience.breakdown_sql(query)
     if query.filters:
         raise ValueError("a filtered breakdown of an event dimension reads query/filtered.py")
     return raw_breakdown_sql(query)

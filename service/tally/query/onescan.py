@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..domain.metrics import LIST_LIMIT
+from . import audience
 from .filtered import LOCAL, base_sql, dashboard_sql, kept_conditions
 from .model import Query
 
@@ -42,24 +43,43 @@ WINDOW = _ALL
 LISTS = {NAMES: "name", PATHS: "pth", REFERRERS: "ref", BROWSERS: "br", DEVICES: "dev"}
 
 
-def facts_sql(query: Query, rollup: bool = True) -> str:
+# Each key's expression over the kept events.
+_EXPRESSIONS = {
+    "d": f"toDate({LOCAL})",
+    "h": f"toHour({LOCAL})",
+    "name": "name",
+    "pth": "if(name = 'pageview', path, '')",
+    "ref": "if(name = 'pageview', referrer, '')",
+    "br": "toString(browser)",
+    "dev": "toString(device_type)",
+}
+
+
+def facts_sql(query: Query, rollup: bool = True, keys: tuple[str, ...] = KEYS) -> str:
+    """The facts rows (g, d, h, name, pth, ref, br, dev, c, pv, v) of the grouping sets keyed by
+    each of ``keys`` alone, and of the whole window when ``keys`` are all of :data:`KEYS`
+    (else ``v``, the distinct visitors, is 0: a top list counts events only)."""
     session, events = kept_conditions(query, rollup)
-    keys = ", ".join(KEYS)
-    sets = ", ".join(f"({k})" for k in KEYS) + ", ()"
+    everything = keys == KEYS
+    sets = ", ".join(f"({k})" for k in keys) + (", ()" if everything else "")
+    own = f"grouping({', '.join(keys)})"
+    if not everything:  # the sets' own grouping codes, as the codes of KEYS
+        n = len(keys)
+        mine = [(1 << n) - 1 - (1 << (n - 1 - i)) for i in range(n)]
+        own = f"transform({own}, {mine}, {[_set(k) for k in keys]}, 0)"
+    columns = ", ".join(k if k in keys else f"'' AS {k}" for k in KEYS)
+    inner = ", ".join(f"{_EXPRESSIONS[k]} AS {k}" for k in keys)
+    visitors = "uniqExactIf(visitor_hash, visitor_hash != 0)" if everything else "toUInt64(0)"
     key = "multiIf(" + ", ".join(f"g = {g}, {c}" for g, c in LISTS.items()) + ", '')"
     return f"""
-        SELECT g, {keys}, c, pv, v FROM (
-            SELECT g, {keys}, c, pv, v,
+        SELECT g, {", ".join(KEYS)}, c, pv, v FROM (
+            SELECT g, {", ".join(KEYS)}, c, pv, v,
                    row_number() OVER (PARTITION BY g ORDER BY c DESC, {key} ASC) AS rank
             FROM (
-                SELECT grouping({keys}) AS g, {keys}, count() AS c,
-                       countIf(name = 'pageview') AS pv,
-                       uniqExactIf(visitor_hash, visitor_hash != 0) AS v
+                SELECT {own} AS g, {columns}, count() AS c,
+                       countIf(event_name = 'pageview') AS pv, {visitors} AS v
                 FROM (
-                    SELECT toDate({LOCAL}) AS d, toHour({LOCAL}) AS h, name,
-                           if(name = 'pageview', path, '') AS pth,
-                           if(name = 'pageview', referrer, '') AS ref,
-                           toString(browser) AS br, toString(device_type) AS dev, visitor_hash
+                    SELECT {inner}, name AS event_name, visitor_hash
                     FROM ({base_sql(query)}) WHERE {session} AND {events})
                 GROUP BY GROUPING SETS ({sets})))
         WHERE g IN ({DAYS}, {HOURS}, {WINDOW})
@@ -94,11 +114,21 @@ def sessions_sql(query: Query, rollup: bool = True) -> str:
               GROUP BY skey)"""
 
 
+# audience_quarter's grouping sets, as facts codes (query/audience.py).
+AUDIENCE_CODES = {"d": DAYS, "h": HOURS, "br": BROWSERS, "dev": DEVICES, "": WINDOW}
+
+
 def onescan_sql(query: Query, rollup: bool = True) -> dict[str, str]:
     """The filtered dashboard's queries by name: ``facts`` (see :func:`split`), ``sessions``,
-    and ``recent``, ``live``, ``bots`` as in ``filtered.dashboard_sql``."""
+    and ``recent``, ``live``, ``bots`` as in ``filtered.dashboard_sql``. Under filters on
+    country, browser, os or device type only, ``facts_audience`` reads the timeline, heatmap,
+    visitors, browsers and devices from ``audience_quarter`` and ``facts`` the raw events for
+    the event names, paths and referrers alone: the runner splits the two sets of rows as one."""
     old = dashboard_sql(query, rollup)
     out = {"facts": facts_sql(query, rollup), "sessions": sessions_sql(query, rollup)}
+    if audience.answers(query):
+        out["facts"] = facts_sql(query, rollup, keys=("name", "pth", "ref"))
+        out["facts_audience"] = audience.facts_sql(query, AUDIENCE_CODES)
     out.update({name: old[name] for name in ("recent", "live", "bots") if name in old})
     return out
 

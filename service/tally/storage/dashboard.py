@@ -64,7 +64,16 @@ async def fetch(storage: Storage, query: Query) -> DashboardRows:
 # What a comparison shows of the other range: its summary and timeline. The rest (top lists,
 # latest events, live visitors) is not read for it.
 SUMMARY_PARTS = frozenset(
-    {"quarters", "visitors", "sessions", "session_ends", "session_ends_edge", "bots", "facts"}
+    {
+        "quarters",
+        "visitors",
+        "sessions",
+        "session_ends",
+        "session_ends_edge",
+        "bots",
+        "facts",
+        "facts_audience",
+    }
 )
 
 
@@ -74,6 +83,8 @@ async def fetch_summary(storage: Storage, query: Query) -> DashboardRows:
     if query.raw:
         params = filtered.parameters(query)
         sqls = onescan.onescan_sql(query)
+        if "facts_audience" in sqls:  # it holds the timeline and visitors; facts the top lists
+            sqls.pop("facts")
     else:
         plan = decide(query)
         params = parameters(query, plan)
@@ -86,7 +97,8 @@ async def fetch_summary(storage: Storage, query: Query) -> DashboardRows:
     results = await asyncio.gather(*(storage.aquery(sql, params) for sql in queries.values()))
     found: dict[str, Rows] = dict(zip(queries, results, strict=True))
     if query.raw:
-        return _raw_rows({**onescan.split(found.pop("facts")), **found, "recent": [], "live": []})
+        facts = found.pop("facts", []) + found.pop("facts_audience", [])
+        return _raw_rows({**onescan.split(facts), **found, "recent": [], "live": []})
     empty = ("clients", "paths", "referrers", "recent", "live", "names", "hours")
     found.update({name: [] for name in empty})
     found.update({name: [] for name in ("browsers", "devices")})
@@ -137,7 +149,8 @@ async def fetch_raw(storage: Storage, query: Query) -> DashboardRows:
     }
     results = await asyncio.gather(*(storage.aquery(sql, params) for sql in queries.values()))
     found = dict(zip(queries, results, strict=True))
-    return _raw_rows({**onescan.split(found.pop("facts")), **found})
+    facts = found.pop("facts") + found.pop("facts_audience", [])
+    return _raw_rows({**onescan.split(facts), **found})
 
 
 def _raw_rows(r: dict[str, Rows]) -> DashboardRows:
