@@ -187,3 +187,21 @@ def stored(client: TestClient[Any], sql: str, **params: Any) -> list[tuple[Any, 
     """Rows from the test's own database; ``{db}`` in ``sql`` names it."""
     storage = client.app.state.storage
     return storage.query(sql.replace("{db}", storage.database), params)
+
+
+def migrate_before(storage: Storage, version: int) -> None:
+    """Apply the schema files numbered below ``version`` and record them as ``migrate`` does:
+    a database as the Tally of that time left it, for upgrade tests."""
+    from tally.storage.migrate import load_migrations, migrations_table
+
+    storage.command(migrations_table(storage.database))
+    for migration in load_migrations():
+        if migration.version >= version:
+            break
+        for statement in migration.statements(storage.database):
+            storage.command(statement)
+        storage.insert(
+            f"{storage.database}.schema_migrations",
+            [[migration.version], [migration.name], [migration.checksum]],
+            ["version", "name", "checksum"],
+        )

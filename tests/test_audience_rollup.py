@@ -11,22 +11,28 @@ import asyncio
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
-from zoneinfo import ZoneInfo
 
 import pytest
 
-from conftest import new_project
+from conftest import migrate_before
 from tally.domain.filters import DIMENSIONS, parse_filters
 from tally.query import Query
 from tally.query.breakdown import breakdown_parameters, breakdown_sql
 from tally.query.decider import AUDIENCE_COLUMNS, AUDIENCE_ROLLUP, breakdown_table
 from tally.storage.breakdown import fetch_breakdown
 from tally.storage.client import Storage, parse_url
-from tally.storage.migrate import load_migrations, migrate, migrations_table
+from tally.storage.migrate import migrate
 from tally.storage.purge import purge_project
 from test_filters_wired import sent, traffic
-from test_local_time import store
-from test_sessions_rollup import _insert, _raw, _reference, _rows
+from test_sessions_rollup import (
+    _insert,
+    _raw,
+    _reference,
+    _rows,
+    each_operator,
+    range_queries,
+    tenant_beside_another,
+)
 
 AUDIENCE = list(AUDIENCE_COLUMNS)
 OTHERS = [name for name in DIMENSIONS if name not in AUDIENCE_COLUMNS]
@@ -41,14 +47,7 @@ def _rollup(storage: Storage, query: Query) -> list[dict]:
 
 def audience_filters(events) -> list[list]:
     """Each of the four dimensions with each operator, values from the data; and combinations."""
-    out: list[list] = []
-    for name in AUDIENCE:
-        column = DIMENSIONS[name].column
-        present = sorted({getattr(e, column) for e in events if getattr(e, column)})
-        value = present[len(present) // 2]
-        for op in ("is", "is_not", "contains", "contains_not"):
-            vals = [value, "' OR ''='"] if op.startswith("is") else [value[1:3].upper() or value]
-            out.append([[op, name, vals]])
+    out = each_operator(events, AUDIENCE)
     out.append([["is", "country", ["DE", "NP"]], ["is_not", "browser", ["Safari"]]])
     out.append([["contains", "os", ["i"]], ["is", "deviceType", ["desktop", "日本語"]]])
     return out
@@ -56,13 +55,7 @@ def audience_filters(events) -> list[list]:
 
 @pytest.fixture(scope="module")
 def site(client):
-    project_id, _ = new_project(client)
-    now = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2)
-    events = traffic(now, seed=41)
-    store(client, project_id, sent(events))
-    other, _ = new_project(client, user="bob")
-    store(client, other, sent(traffic(now, seed=42)))  # another tenant in the same tables
-    return project_id, now, events
+    return tenant_beside_another(client, 41)
 
 
 def test_the_rollup_and_the_raw_table_give_the_same_rows(client, site):
@@ -84,24 +77,10 @@ def test_the_rollup_and_the_raw_table_give_the_same_rows(client, site):
 def test_ranges_zones_and_bots_the_same_either_way(client, site):
     project_id, now, events = site
     storage = client.app.state.storage
-    for tz in ("UTC", "Asia/Kathmandu", "Australia/Lord_Howe", "Pacific/Chatham"):
-        zone = ZoneInfo(tz)
-        last = now.astimezone(zone).date() - timedelta(days=1)
-        for first, bots in ((last - timedelta(days=3), True), (last, False)):
-            for by in AUDIENCE:
-                query = Query(
-                    project_id,
-                    (last - first).days + 1,
-                    now,
-                    tz=tz,
-                    exclude_bots=bots,
-                    dimension=by,
-                    limit=1000,
-                    first=first,
-                    last=last,
-                )
-                got = _rollup(storage, query)
-                assert got == _raw(storage, query) == _reference(events, query, []), (tz, by)
+    zones = ("UTC", "Asia/Kathmandu", "Australia/Lord_Howe", "Pacific/Chatham")
+    for query in range_queries(project_id, now, zones, lambda bots: AUDIENCE):
+        got = _rollup(storage, query)
+        assert got == _raw(storage, query) == _reference(events, query, []), (query.tz, query)
 
 
 def test_the_served_breakdown_follows_the_decider(client, site):
@@ -120,40 +99,11 @@ def test_the_served_breakdown_follows_the_decider(client, site):
         assert got  # not vacuous
 
 
-def test_the_decider_names_audience_quarter_only_when_it_answers():
-    now = datetime(2026, 5, 26, 12, tzinfo=UTC)
-
-    def table(by: str, raw: list) -> str:
-        return breakdown_table(
-            Query("p" * 24, 7, now, dimension=by, filters=parse_filters(json.dumps(raw)))
-        )
-
-    for by in AUDIENCE:
-        assert table(by, []) == "audience_quarter"
-        assert table(by, [["is", "country", ["DE"]], ["contains", "os", ["win"]]]) == (
-            "audience_quarter"
-        )
-        for other in OTHERS:
-            assert table(by, [["is", other, ["x"]]]) == "raw", (by, other)
-    for by in OTHERS:
-        assert table(by, [["is", "country", ["DE"]]]) != "audience_quarter"
-
-
 def test_upgrade_from_009_fills_the_rollup_once_and_purge_empties_it(chdb_path):
     storage = Storage(parse_url(f"chdb://{chdb_path}?database=z_{uuid.uuid4().hex[:10]}"), 4)
     db = storage.database
     try:
-        storage.command(migrations_table(db))
-        for migration in load_migrations():
-            if migration.version >= 10:
-                break
-            for statement in migration.statements(db):
-                storage.command(statement)
-            storage.insert(
-                f"{db}.schema_migrations",
-                [[migration.version], [migration.name], [migration.checksum]],
-                ["version", "name", "checksum"],
-            )
+        migrate_before(storage, 10)
         now = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2)
         project, other = "a" * 24, "b" * 24
         events = traffic(now, seed=43)

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from conftest import COLUMNS_BEFORE_005
+from conftest import COLUMNS_BEFORE_005, migrate_before
 from tally.storage.client import Storage, parse_url
 from tally.storage.migrate import load_migrations, migrate, migrations_table, schema_dir
 
@@ -252,15 +252,7 @@ def test_upgrade_to_the_session_ends_projection_keeps_answers_exact(chdb_path):
     storage = Storage(parse_url(f"chdb://{chdb_path}?database=u_{uuid.uuid4().hex[:10]}"), 1)
     db = storage.database
     try:
-        storage.command(migrations_table(db))
-        for migration in load_migrations()[:3]:  # the schema before 004, as migrate records it
-            for statement in migration.statements(db):
-                storage.command(statement)
-            storage.insert(
-                f"{db}.schema_migrations",
-                [[migration.version], [migration.name], [migration.checksum]],
-                ["version", "name", "checksum"],
-            )
+        migrate_before(storage, 4)  # the schema before 004, as migrate records it
         now = datetime.now(UTC)
 
         def session(n: int, stated: float | None) -> list[tuple]:

@@ -3,9 +3,9 @@ window (and its sessions query) give the rows the per-part queries of ``filtered
 give, for the same data: event filters on each event dimension, session filters, both, every
 operator, zones off UTC midnight, from/to ranges, bots counted or not, session values from
 sessions_quarter or grouped from the raw events, and under filters on country, browser, os and
-device type only the part audience_quarter answers (query/audience.py). The served numbers of this path are checked
-against the reference model in tests/test_filters_wired.py (the runner, storage/dashboard.py,
-uses it)."""
+device type only the part audience_quarter answers (query/audience.py). The served numbers of
+this path are checked against the reference model in tests/test_filters_wired.py (the runner,
+storage/dashboard.py, uses it)."""
 
 from __future__ import annotations
 

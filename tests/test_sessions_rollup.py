@@ -10,20 +10,21 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
 
 import reference_filters as ref
-from conftest import new_project
+from conftest import migrate_before, new_project
 from tally.domain.filters import DIMENSIONS, parse_filters
 from tally.query import Query, decide, filtered
 from tally.query.breakdown import breakdown_parameters, breakdown_sql
 from tally.query.decider import AUDIENCE_COLUMNS, SESSIONS_ROLLUP, breakdown_table
 from tally.storage.breakdown import fetch_breakdown
 from tally.storage.client import Storage, parse_url
-from tally.storage.migrate import load_migrations, migrate, migrations_table
+from tally.storage.migrate import migrate
 from tally.storage.purge import purge_project
 from test_filters_wired import as_tuple, sent, traffic
 from test_local_time import COLUMNS, _duration, store
@@ -66,29 +67,41 @@ def _reference(events, query: Query, raw: list) -> list[dict]:
     )
 
 
-def session_filters(events) -> list[list]:
-    """Each session dimension with each operator, values from the data; and two combined."""
+def each_operator(events, dims) -> list[list]:
+    """A filter of each operator on each of ``dims``, its value from the data (and one that
+    looks like SQL)."""
     out: list[list] = []
-    for name in SESSION_DIMS:
+    for name in dims:
         column = DIMENSIONS[name].column
         present = sorted({getattr(e, column) for e in events if getattr(e, column)})
         value = present[len(present) // 2] if present else "none"
         for op in ("is", "is_not", "contains", "contains_not"):
             vals = [value, "' OR ''='"] if op.startswith("is") else [value[1:3].upper() or value]
             out.append([[op, name, vals]])
+    return out
+
+
+def session_filters(events) -> list[list]:
+    """Each session dimension with each operator, values from the data; and two combined."""
+    out = each_operator(events, SESSION_DIMS)
     out.append([["is", "source", ["日本語", "x' OR 1=1 --"]], ["is_not", "exitPage", ["/"]]])
     return out
 
 
-@pytest.fixture(scope="module")
-def site(client):
+def tenant_beside_another(client, seed: int) -> tuple[str, datetime, list]:
+    """A project's traffic (``seed``) stored beside another user's (``seed + 1``)."""
     project_id, _ = new_project(client)
     now = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2)
-    events = traffic(now, seed=23)
+    events = traffic(now, seed=seed)
     store(client, project_id, sent(events))
     other, _ = new_project(client, user="bob")
-    store(client, other, sent(traffic(now, seed=24)))  # another tenant in the same tables
+    store(client, other, sent(traffic(now, seed=seed + 1)))  # another tenant in the same tables
     return project_id, now, events
+
+
+@pytest.fixture(scope="module")
+def site(client):
+    return tenant_beside_another(client, 23)
 
 
 def test_the_rollup_and_the_raw_table_give_the_same_rows(client, site):
@@ -109,15 +122,14 @@ def test_the_rollup_and_the_raw_table_give_the_same_rows(client, site):
     assert checked > 25  # not vacuous
 
 
-def test_ranges_zones_and_bots_the_same_either_way(client, site):
-    project_id, now, events = site
-    storage = client.app.state.storage
-    for tz in ("UTC", "Asia/Kathmandu", "Australia/Lord_Howe", "America/New_York"):
-        zone = ZoneInfo(tz)
-        last = now.astimezone(zone).date() - timedelta(days=1)
+def range_queries(project_id: str, now: datetime, zones, dims) -> Iterator[Query]:
+    """Breakdowns over closed ranges ending yesterday in each zone: four days with bots left out
+    (by ``dims(True)``), one day with bots counted (by ``dims(False)``)."""
+    for tz in zones:
+        last = now.astimezone(ZoneInfo(tz)).date() - timedelta(days=1)
         for first, bots in ((last - timedelta(days=3), True), (last, False)):
-            for by in SESSION_DIMS[::2] if bots else SESSION_DIMS[1::2]:
-                query = Query(
+            for by in dims(bots):
+                yield Query(
                     project_id,
                     (last - first).days + 1,
                     now,
@@ -128,8 +140,16 @@ def test_ranges_zones_and_bots_the_same_either_way(client, site):
                     first=first,
                     last=last,
                 )
-                got = _rollup(storage, query)
-                assert got == _raw(storage, query) == _reference(events, query, []), (tz, by)
+
+
+def test_ranges_zones_and_bots_the_same_either_way(client, site):
+    project_id, now, events = site
+    storage = client.app.state.storage
+    zones = ("UTC", "Asia/Kathmandu", "Australia/Lord_Howe", "America/New_York")
+    dims = lambda bots: SESSION_DIMS[::2] if bots else SESSION_DIMS[1::2]  # noqa: E731
+    for query in range_queries(project_id, now, zones, dims):
+        got = _rollup(storage, query)
+        assert got == _raw(storage, query) == _reference(events, query, []), (query.tz, query)
 
 
 def test_the_served_breakdown_follows_the_decider(client, site):
@@ -161,8 +181,16 @@ def test_the_decider_names_a_table_per_filter():
         )
         for event_dim in EVENT_DIMS:
             assert table(by, [["is", event_dim, ["x"]]]) == "raw"
-    for by in EVENT_DIMS:  # country, browser, os, deviceType: tests/test_audience_rollup.py
-        assert table(by, []) == ("audience_quarter" if by in AUDIENCE_COLUMNS else "raw")
+    # audience_quarter (tests/test_audience_rollup.py): country, browser, os and deviceType,
+    # under filters on those four only.
+    for by in EVENT_DIMS:
+        audience = by in AUDIENCE_COLUMNS
+        assert table(by, []) == ("audience_quarter" if audience else "raw")
+        both = [["is", "country", ["DE"]], ["contains", "os", ["win"]]]
+        assert table(by, both) == ("audience_quarter" if audience else "raw")
+        for other in DIMENSIONS:
+            if other not in AUDIENCE_COLUMNS:
+                assert table(by, [["is", other, ["x"]]]) == "raw", (by, other)
 
 
 def test_a_closed_range_reads_raw_edges_at_both_ends():
@@ -224,17 +252,7 @@ def test_upgrade_from_007_fills_the_rollup_once_and_purge_empties_it(chdb_path):
     storage = Storage(parse_url(f"chdb://{chdb_path}?database=z_{uuid.uuid4().hex[:10]}"), 4)
     db = storage.database
     try:
-        storage.command(migrations_table(db))
-        for migration in load_migrations():
-            if migration.version >= 8:
-                break
-            for statement in migration.statements(db):
-                storage.command(statement)
-            storage.insert(
-                f"{db}.schema_migrations",
-                [[migration.version], [migration.name], [migration.checksum]],
-                ["version", "name", "checksum"],
-            )
+        migrate_before(storage, 8)
         now = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2)
         project, other = "a" * 24, "b" * 24
         events = traffic(now, seed=31)
@@ -298,17 +316,7 @@ def test_upgrade_to_011_reads_the_visitor_lists_of_rows_written_before(chdb_path
     storage = Storage(parse_url(f"chdb://{chdb_path}?database=y_{uuid.uuid4().hex[:10]}"), 4)
     db = storage.database
     try:
-        storage.command(migrations_table(db))
-        for migration in load_migrations():
-            if migration.version >= 11:
-                break
-            for statement in migration.statements(db):
-                storage.command(statement)
-            storage.insert(
-                f"{db}.schema_migrations",
-                [[migration.version], [migration.name], [migration.checksum]],
-                ["version", "name", "checksum"],
-            )
+        migrate_before(storage, 11)
         now = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2)
         project = "c" * 24
         events = traffic(now, seed=33)

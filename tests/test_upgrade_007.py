@@ -10,12 +10,13 @@ from datetime import UTC, datetime, timedelta
 
 import msgspec
 
+from conftest import migrate_before
 from reference import Sent, dashboard
 from tally.http.views import build_dashboard
 from tally.query import Query
 from tally.storage import dashboard as runner
 from tally.storage.client import Storage, parse_url
-from tally.storage.migrate import load_migrations, migrate, migrations_table
+from tally.storage.migrate import migrate
 from test_dashboard import build_events, without_ids
 from test_local_time import COLUMNS, _duration
 
@@ -60,16 +61,7 @@ def test_upgrade_keeps_history_and_backfills_once(chdb_path):
     storage = Storage(parse_url(f"chdb://{chdb_path}?database=z_{uuid.uuid4().hex[:10]}"), 4)
     db = storage.database
     try:
-        storage.command(migrations_table(db))
-        for migration in load_migrations()[:5]:  # the schema before 007, as migrate records it
-            assert migration.version <= 5
-            for statement in migration.statements(db):
-                storage.command(statement)
-            storage.insert(
-                f"{db}.schema_migrations",
-                [[migration.version], [migration.name], [migration.checksum]],
-                ["version", "name", "checksum"],
-            )
+        migrate_before(storage, 6)  # 001-005, as migrate records them
         now = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
         project = "a" * 24
         before = [e for e in build_events(now, seed=21) if e.occurred_at <= now]
