@@ -5,11 +5,7 @@ tests/faults/test_wal_crash.py."""
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
-import random
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -309,108 +305,5 @@ def test_segments_name_their_columns(tmp_path):
         asyncio.run(_appending(ingest, [[tuple(range(len(EVENT_COLUMNS)))]]))
         [segment] = ingest.sealed()
         assert read_segment(segment.path).columns == list(EVENT_COLUMNS)
-    finally:
-        ingest.close()
-
-
-def test_a_failed_fsync_fails_its_group_and_the_later_group_written_before_it_was_known(
-    tmp_path,
-):
-    """Two groups in flight (pipelined group commit): the second is written while the first's
-    fsync runs, and its own fsync succeeds; the first's fails. Both are refused, nothing is
-    acknowledged, both records are cut from the file, and the next group starts afresh."""
-    ingest = new_log(tmp_path / "log")
-    ingest.open()
-    second_fsync = threading.Event()
-    calls: list[int] = []
-
-    def fsync(fd: int) -> None:
-        calls.append(fd)
-        if len(calls) == 1:  # the first group's: fail once the second group is written
-            second_fsync.wait(30)
-            raise OSError(errno.EIO, "injected fsync failure")
-        second_fsync.set()  # the second group's fsync starts after its write: it succeeds
-        os.fsync(fd)
-
-    ingest._fsync = fsync
-
-    async def scenario() -> tuple[list[BaseException | None], int]:
-        ingest.start()
-        try:
-            first = asyncio.ensure_future(ingest.append(rows("g1", 2)))
-            await asyncio.sleep(0)  # the first append is queued: it becomes a group of its own
-            second = asyncio.ensure_future(ingest.append(rows("g2", 2)))
-            results = await asyncio.gather(first, second, return_exceptions=True)
-            acknowledged = ingest.acknowledged
-            await ingest.append(rows("g3", 2))
-        finally:
-            await ingest.stop()
-        return list(results), acknowledged
-
-    try:
-        results, acknowledged = asyncio.run(scenario())
-        assert second_fsync.is_set(), "the second group was not written while the first synced"
-        assert all(isinstance(r, StorageUnavailable) for r in results), results
-        assert acknowledged == 0
-        assert ingest.acknowledged == 2
-        bodies = b"".join(read_segment(s.path).body() for s in ingest.sealed())
-        assert sorted(r[0] for r in _decode(bodies)) == ["g3", "g3"]
-    finally:
-        ingest.close()
-
-
-def test_records_are_on_disk_in_append_order_across_groups_and_segments(tmp_path):
-    """Many groups, two at a time in flight, segments sealed by size and by the loader meanwhile:
-    the rows read back in segment order are in the order the appends were made."""
-    ingest = new_log(tmp_path / "log", seal_bytes=2000)
-    ingest.open()
-    rng = random.Random(14)
-
-    def fsync(fd: int) -> None:
-        time.sleep(rng.random() * 0.002)  # fsyncs of different lengths: groups overtake
-        os.fsync(fd)
-
-    ingest._fsync = fsync
-    write = ingest._write
-
-    def late_even_groups(group) -> None:  # an even group's thread gets to its write late
-        if group.seq % 2 == 0:
-            time.sleep(0.002)
-        write(group)
-
-    ingest._write = late_even_groups  # type: ignore[method-assign]
-    order: list[str] = []
-
-    async def client(i: int) -> None:
-        for j in range(10):
-            await asyncio.sleep(rng.random() * 0.001)
-            marker = f"c{i:02d}-{j}"
-            order.append(marker)  # append() queues its rows before it first awaits
-            await ingest.append([(marker, "x")])
-
-    async def sealer(done: asyncio.Event) -> None:
-        while not done.is_set():
-            await ingest.seal(force=True)
-            await asyncio.sleep(0.003)
-
-    async def scenario() -> None:
-        ingest.start()
-        done = asyncio.Event()
-        try:
-            sealing = asyncio.ensure_future(sealer(done))
-            await asyncio.gather(*(client(i) for i in range(20)))
-            done.set()
-            await sealing
-        finally:
-            await ingest.stop()
-
-    try:
-        asyncio.run(scenario())
-        assert ingest.acknowledged == 200
-        assert ingest.commits > 10
-        segments = sorted(ingest.sealed(), key=lambda s: s.seq)
-        assert len(segments) > 2
-        got = [r[0] for s in segments for r in _decode(read_segment(s.path).body())]
-        assert got == order
     finally:
         ingest.close()

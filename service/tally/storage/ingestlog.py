@@ -13,16 +13,10 @@ column names, so that a segment written before an upgrade that added columns loa
 columns, the table's defaults filling the new ones. Every other record is one group commit's rows
 as JSONCompactEachRow lines, so a segment's INSERT body is the concatenation of its payloads.
 
-Group commit. Requests hand their encoded rows to :meth:`IngestLog.append` and wait. Everything
-that arrived while earlier groups were being committed becomes the next group: one ``write`` and
-one ``fsync``, in a writer thread, after which its requests are released (their 202 follows).
-Commits are *pipelined*: up to ``max_in_flight`` (2) groups at once, so the next group's write
-overlaps the fsync in progress instead of waiting for it. Writes still happen one after another
-in the order the groups were formed (so records sit on disk in append order), each group's own
-fsync starts after its own write, and groups are answered strictly in order: a group is
-acknowledged only once its fsync and every earlier group's succeeded. A failed fsync fails its
-group and every later group already written to that file (they share its failed state), and the
-file is cut back to where the failed group began.
+Group commit. Requests hand their encoded rows to :meth:`IngestLog.append` and wait. A flusher
+task on the event loop takes everything that arrived, writes it with one ``write`` and one
+``fsync`` in a thread, and only then releases the waiters (whose 202 follows). While one fsync
+runs, the next group gathers, so requests never pay one fsync each.
 
 Crashes. A process killed mid-append leaves a torn last record: at recovery the first frame that
 is short, oversized or fails its checksum ends the segment, the file is cut there and every
@@ -40,11 +34,9 @@ import logging
 import os
 import re
 import struct
-import threading
 import time
 import uuid
 import zlib
-from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -204,25 +196,6 @@ class Segment:
     sealed: bool = False
     created_mono: float = 0.0
     fd: int = -1
-    end: int = 0  # bytes written (acknowledged or not), active segment only
-    users: int = 0  # groups written here whose fsync has not finished
-    retired: bool = False  # no more groups are written here
-
-
-@dataclass(eq=False)
-class _Group:
-    """One group commit: the requests that arrived together, one record, one fsync."""
-
-    seq: int
-    payloads: list[bytes]
-    rows: int
-    waiters: list[asyncio.Future[None]]
-    size: int = 0
-    data: bytes = b""
-    segment: Segment | None = None
-    start: int = 0
-    error: BaseException | None = None
-    finished: bool = False
 
 
 @dataclass
@@ -310,7 +283,6 @@ class IngestLog:
         seal_age: float,
         noop: bool = False,
         pause: Pause = _no_pause,
-        max_in_flight: int = 2,
     ) -> None:
         self.root = root
         self.columns = tuple(columns)
@@ -327,29 +299,16 @@ class IngestLog:
         self._pending_rows = 0
         self._pending_bytes = 0
         self._waiters: list[asyncio.Future[None]] = []
-        # Group commit: groups handed to the writer threads and not answered yet, oldest first.
-        self.max_in_flight = max(1, max_in_flight)
-        self._inflight: deque[_Group] = deque()
-        self._inflight_bytes = 0
-        self._next_group = 0
-        self._start_scheduled = False
-        self._drained = asyncio.Event()
-        # Shared with the writer threads, under ``_cv``: whose turn it is to write, the last
-        # group doomed by a failed fsync, and a count of segment starts and seals.
-        self._cv = threading.Condition()
-        self._next_write = 0
-        self._failed_through = -1
-        self._generation = 0
-        self._seen_generation = 0
-        self._seal_requested_segment: Segment | None = None
-        self._fsync = os.fsync  # fault tests replace it
+        self._wake = asyncio.Event()
+        self._lock = asyncio.Lock()
         # Set on the event loop when a segment is started or sealed: wakes the loader, which
         # then sleeps until the active segment is due (never set from a thread: not thread-safe).
         self.changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
         self._closing = False
-        # The commits' own threads: an fsync never queues behind dashboard queries or an INSERT
-        # in the default executor.
-        self._threads: ThreadPoolExecutor | None = None
+        # The commits' own thread: an fsync never queues behind dashboard queries or an INSERT
+        # in the default executor (commits are one at a time anyway, under the lock).
+        self._thread: ThreadPoolExecutor | None = None
         # Counters for the health endpoint and tests.
         self.commits = 0
         self.acknowledged = 0
@@ -410,23 +369,21 @@ class IngestLog:
 
     # --- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
-        if self._threads is None:
-            self._drained = asyncio.Event()
-            self._threads = ThreadPoolExecutor(
-                max_workers=self.max_in_flight, thread_name_prefix="tally-log"
-            )
+        if self._task is None:
+            self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tally-log")
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="tally-log")
 
     async def stop(self) -> None:
         """Commit what is waiting, refuse new appends, seal the active segment."""
         self._closing = True
-        while self._inflight or self._waiters:
-            self._drained.clear()
-            await self._drained.wait()
-        self._seal_requested_segment = None
-        self._seal_now()
-        if self._threads is not None:
-            self._threads.shutdown(wait=False)
-            self._threads = None
+        self._wake.set()
+        if self._task is not None:
+            await self._task
+            self._task = None
+        await self.seal(force=True)
+        if self._thread is not None:
+            self._thread.shutdown(wait=False)
+            self._thread = None
 
     def close(self) -> None:
         for slot in [*self.adopted, *([self.slot] if self.slot else [])]:
@@ -440,11 +397,11 @@ class IngestLog:
         cap) otherwise, with nothing of them acknowledged."""
         if self.noop:
             return
-        if self._closing or self._threads is None:
+        if self._closing or self._task is None:
             raise StorageUnavailable("the ingest log is closed")
         payload = encode_rows(rows)
         size = FRAME.size + RECORD.size + len(payload)
-        if self.stored_bytes + self._inflight_bytes + self._pending_bytes + size > self.cap_bytes:
+        if self.stored_bytes + self._pending_bytes + size > self.cap_bytes:
             raise LogFull("the ingest log is at its disk cap")
         if self._pending_bytes + size > MAX_PENDING_BYTES:
             raise StorageUnavailable("the ingest log's commit queue is full")
@@ -453,179 +410,88 @@ class IngestLog:
         self._pending_rows += len(rows)
         self._pending_bytes += size
         self._waiters.append(future)
-        if not self._start_scheduled and len(self._inflight) < self.max_in_flight:
-            # At the end of this turn of the event loop, not now: the requests that are ready in
-            # this turn join the same group (one fsync for all of them, not one for the first).
-            self._start_scheduled = True
-            asyncio.get_running_loop().call_soon(self._start_group)
+        self._wake.set()
         # Not shielded (one future and two callbacks less per request): a client that goes away
-        # cancels only this waiter, which is then skipped; its rows are already in the group and
-        # are committed with it.
+        # cancels only this waiter, which the flusher then skips; its rows are already in the
+        # group and are committed with it.
         await future
 
-    # --- group commit (event loop side) --------------------------------------------------
-    def _start_group(self) -> None:
-        """Hand what is waiting to a writer thread as one group (on the event loop)."""
-        self._start_scheduled = False
-        if not self._waiters or len(self._inflight) >= self.max_in_flight:
-            return  # nothing waits, or a group's completion starts the next one
-        assert self._threads is not None
-        group = _Group(self._next_group, self._pending, self._pending_rows, self._waiters)
-        group.size = self._pending_bytes
-        self._next_group += 1
-        self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
-        self._waiters = []
-        self._inflight.append(group)
-        self._inflight_bytes += group.size
-        self._threads.submit(self._commit, group, asyncio.get_running_loop())
-
-    def _finished(self, group: _Group) -> None:
-        """A writer thread is done with ``group`` (on the event loop): answer every group whose
-        turn it is, in the order they were formed."""
-        group.finished = True
-        while self._inflight and self._inflight[0].finished:
-            done = self._inflight.popleft()
-            self._inflight_bytes -= done.size
-            error = done.error
-            if error is None and done.seq <= self._failed_through:
-                error = StorageUnavailable(
-                    "ingest log: an earlier group's fsync failed after this group was written"
-                )
+    # --- flusher -------------------------------------------------------------------------
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if not self._waiters:
+                if self._closing:
+                    return
+                continue
+            payloads, rows, waiters = self._pending, self._pending_rows, self._waiters
+            self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
+            self._waiters = []
+            error: BaseException | None = None
+            async with self._lock:
+                active = self._active
+                try:
+                    await asyncio.get_running_loop().run_in_executor(
+                        self._thread, self._commit, payloads, rows
+                    )
+                except Exception as exc:
+                    error = exc
+                if self._active is not active:  # a segment was started or sealed
+                    self.changed.set()
             if error is None:
-                assert done.segment is not None
-                done.segment.size += len(done.data)
-                done.segment.events += done.rows
                 self.commits += 1
-                self.acknowledged += done.rows
-                for waiter in done.waiters:
+                self.acknowledged += rows
+                for waiter in waiters:
                     if not waiter.done():
                         waiter.set_result(None)
             else:
-                log.error("ingest log: cannot write %d events: %s", done.rows, error)
+                log.error("ingest log: cannot write %d events: %s", rows, error)
                 unavailable = (
                     error
                     if isinstance(error, StorageUnavailable)
                     else StorageUnavailable(f"ingest log: {error}")
                 )
-                for waiter in done.waiters:
+                for waiter in waiters:
                     if not waiter.done():
                         waiter.set_exception(unavailable)
-        if self._generation != self._seen_generation:  # a segment was started or sealed
-            self._seen_generation = self._generation
-            self.changed.set()
-        if not self._inflight and self._seal_requested_segment is not None:
-            if self._seal_requested_segment is self._active:
-                self._seal_now()
-            self._seal_requested_segment = None
-        if self._waiters and len(self._inflight) < self.max_in_flight:
-            self._start_group()
-        if not self._inflight and not self._waiters:
-            self._drained.set()
+            if self._waiters or self._closing:
+                self._wake.set()
 
-    # --- group commit (writer threads) ---------------------------------------------------
-    def _commit(self, group: _Group, loop: asyncio.AbstractEventLoop) -> None:
-        """Write ``group`` in its turn, fsync it, and tell the event loop (in a writer thread)."""
+    def _commit(self, payloads: list[bytes], rows: int) -> None:
+        """One write and one fsync for a whole group (in a thread, under the lock)."""
+        segment = self._active or self._new_segment()
+        ack_ms = int(time.time() * 1000)
+        data = frame(ROWS, ack_ms, rows, b"".join(payloads))
+        start = segment.size
         try:
-            self._write(group)
-            if group.error is None:
-                segment = group.segment
-                assert segment is not None
-                try:
-                    self._fsync(segment.fd)
-                except OSError as exc:
-                    group.error = exc
-                    self._undo_failed_fsync(group)
-                else:
-                    self._pause("after_fsync", True)
-                finally:
-                    with self._cv:
-                        segment.users -= 1
-                        if segment.retired and segment.users == 0:
-                            self._close_segment(segment)
-        except BaseException as exc:  # never leave a group unanswered
-            group.error = group.error or exc
-        finally:
-            loop.call_soon_threadsafe(self._finished, group)
-
-    def _write(self, group: _Group) -> None:
-        """Append the group's record, after every earlier group's (under the write lock)."""
-        with self._cv:
-            while self._next_write != group.seq:
-                self._cv.wait()
+            view = memoryview(data)
+            half = len(data) // 2
+            written = 0
+            while written < len(data):
+                chunk = view[written:half] if written < half else view[written:]
+                n = os.write(segment.fd, chunk)
+                if n == 0:
+                    raise OSError(errno.ENOSPC, "no space left on the log's disk")
+                written += n
+                if written >= half and written - n < half:
+                    self._pause("mid_append", True)
+            os.fsync(segment.fd)
+        except OSError:
+            # Undo: the file ends with its last complete record again. If even that fails, the
+            # segment is sealed at that length and recovery cuts the rest (checksums).
             try:
-                if self._active is not None and self._seal_requested_segment is self._active:
-                    self._retire(self._active)
-                segment = self._active or self._new_segment()
-                group.data = frame(
-                    ROWS, int(time.time() * 1000), group.rows, b"".join(group.payloads)
-                )
-                group.segment, group.start = segment, segment.end
-                try:
-                    self._write_all(segment.fd, group.data)
-                except OSError as exc:
-                    # Undo: the file ends with its last complete record again. If even that
-                    # fails, the segment is sealed at that length and recovery cuts the rest.
-                    group.error = exc
-                    with contextlib.suppress(OSError):
-                        os.ftruncate(segment.fd, group.start)
-                        self._fsync(segment.fd)
-                    self._retire(segment)
-                    return
-                segment.end += len(group.data)
-                segment.users += 1
-                if segment.end >= self.seal_bytes:
-                    self._retire(segment)
-            except Exception as exc:  # the segment could not be created
-                group.error = exc
-            finally:
-                self._next_write += 1
-                self._cv.notify_all()
-
-    def _write_all(self, fd: int, data: bytes) -> None:
-        view = memoryview(data)
-        half = len(data) // 2
-        written = 0
-        while written < len(data):
-            chunk = view[written:half] if written < half else view[written:]
-            n = os.write(fd, chunk)
-            if n == 0:
-                raise OSError(errno.ENOSPC, "no space left on the log's disk")
-            written += n
-            if written >= half and written - n < half:
-                self._pause("mid_append", True)
-
-    def _undo_failed_fsync(self, group: _Group) -> None:
-        """``group``'s fsync failed: its file state is unknown from its start on, and so is every
-        later group's written to the same file. Cut the file back to where ``group`` began, fail
-        every group written so far after it, and let new groups start a new segment."""
-        segment = group.segment
-        assert segment is not None
-        with self._cv:
-            self._failed_through = max(self._failed_through, self._next_write - 1)
-            with contextlib.suppress(OSError):
-                os.ftruncate(segment.fd, group.start)
+                os.ftruncate(segment.fd, start)
                 os.fsync(segment.fd)
-            segment.end = min(segment.end, group.start)
-            self._retire(segment)
-
-    def _retire(self, segment: Segment) -> None:
-        """No group is written to ``segment`` from now on (under the write lock); it is closed
-        and sealed once no fsync on it is in flight."""
-        if self._active is segment:
-            self._active = None
-        if self._seal_requested_segment is segment:
-            self._seal_requested_segment = None
-        segment.retired = True
-        self._generation += 1
-        if segment.users == 0:
-            self._close_segment(segment)
-
-    def _close_segment(self, segment: Segment) -> None:
-        if segment.fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(segment.fd)
-            segment.fd = -1
-        segment.sealed = True
+            except OSError:
+                pass
+            self._seal_active()
+            raise
+        segment.size += len(data)
+        segment.events += rows
+        self._pause("after_fsync", True)
+        if segment.size >= self.seal_bytes:
+            self._seal_active()
 
     def _new_segment(self) -> Segment:
         if self.slot is None:
@@ -648,11 +514,19 @@ class IngestLog:
             raise
         self._next_seq = seq + 1
         segment = Segment(path, seq, created_ms, len(header), created_mono=time.monotonic(), fd=fd)
-        segment.end = len(header)
         self.slot.segments.append(segment)
         self._active = segment
-        self._generation += 1
         return segment
+
+    def _seal_active(self) -> None:
+        segment = self._active
+        if segment is None:
+            return
+        self._active = None
+        segment.sealed = True
+        with contextlib.suppress(OSError):
+            os.close(segment.fd)
+        segment.fd = -1
 
     # --- loader side ---------------------------------------------------------------------
     def seal_due_in(self) -> float | None:
@@ -662,25 +536,12 @@ class IngestLog:
         return max(0.0, self._active.created_mono + self.seal_age - time.monotonic())
 
     async def seal(self, force: bool = False) -> None:
-        """Seal the active segment if it is old enough (or ``force``). With groups in flight the
-        next group starts a new segment, and the last one in flight seals this one."""
-        due = self.seal_due_in()
-        if due is None or not (force or due <= 0):
-            return
-        if self._inflight:
-            # The writer threads rotate at their next group (an attribute write: no lock, so a
-            # writer stopped mid-append by a fault test never blocks the event loop).
-            self._seal_requested_segment = self._active
-            return
-        self._seal_now()
-
-    def _seal_now(self) -> None:
-        """Seal the active segment (on the event loop, no group in flight)."""
-        with self._cv:
-            if self._active is not None:
-                self._retire(self._active)
-        self._seen_generation = self._generation
-        self.changed.set()
+        """Seal the active segment if it is old enough (or ``force``)."""
+        async with self._lock:
+            due = self.seal_due_in()
+            if due is not None and (force or due <= 0):
+                self._seal_active()
+                self.changed.set()
 
     def sealed(self) -> list[Segment]:
         """Sealed segments, oldest first (adopted slots' first: they are older)."""
