@@ -106,6 +106,38 @@ def loader_counters(server_url: str) -> dict[str, Any]:
     return dict(response.json()["backlog"])
 
 
+def _tree(pid: int) -> list[int]:
+    """``pid`` and every process below it (the granian workers of a ``tally serve``)."""
+    out, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        out.append(current)
+        try:
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children") as fh:
+                    todo.extend(int(child) for child in fh.read().split())
+        except OSError:
+            continue
+    return out
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user and system) used so far by ``pid`` and the processes below it; 0 where
+    /proc is not there. Sampled around a run, it says how much of the two cores the server
+    itself took: the real server's INSERTs (chDB runs them in the worker process) against the
+    no-op ceiling's nothing."""
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total = 0
+    for current in _tree(pid):
+        try:
+            with open(f"/proc/{current}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return total / ticks
+
+
 def measure(
     shape: str,
     seconds: float,
@@ -127,7 +159,9 @@ def measure(
         drive(server.url, key, per_request, connections, 1)  # warm-up, not counted
         before = 0 if noop else stored_events(server.url, project_id, server.headers())
         counters = None if noop else loader_counters(server.url)
+        cpu_before = tree_cpu_s(server.proc.pid)
         result = drive(server.url, key, per_request, connections, seconds)
+        cpu = tree_cpu_s(server.proc.pid) - cpu_before
         during = None if noop else loader_counters(server.url)
         acknowledged = result["accepted_requests"] * per_request
         out = {
@@ -137,6 +171,7 @@ def measure(
             "p99_ms": result["p99_ms"],
             "refused_requests": result["refused_requests"],
             "errors": result["errors"],
+            "worker_cpu_s_per_s": round(cpu / result["duration_s"], 3),
         }
         if not noop and counters is not None and during is not None:
             # Requests cut off by wrk's deadline may still be completing: half a second's margin.
@@ -252,6 +287,7 @@ def measure_against_ceiling(
     real["ceiling_requests_per_s"] = ceiling["requests_per_s"]
     real["ceiling_p50_ms"] = ceiling["p50_ms"]
     real["ceiling_p99_ms"] = ceiling["p99_ms"]
+    real["ceiling_worker_cpu_s_per_s"] = ceiling["worker_cpu_s_per_s"]
     real["p99_over_ceiling_ms"] = round(real["p99_ms"] - ceiling["p99_ms"], 3)
     real["ceiling_ratio"] = ratio(real["events_per_s"], ceiling["events_per_s"])
     real["framework_events_per_s"] = bare["events_per_s"]

@@ -411,8 +411,12 @@ def _cost_worker(url: str, events: int, inserts: int) -> dict[str, Any]:
         )
         timings: dict[str, list[float]] = {"now": [], "004": []}
         writers = {
-            "now": (segment_inserter(now_db), columns, len(columns)),
-            "004": (segment_inserter(old_db), COLUMNS_BEFORE_005, len(COLUMNS_BEFORE_005)),
+            "now": (segment_inserter(now_db, loader=False), columns, len(columns)),
+            "004": (
+                segment_inserter(old_db, loader=False),
+                COLUMNS_BEFORE_005,
+                len(COLUMNS_BEFORE_005),
+            ),
         }
         import msgspec
 

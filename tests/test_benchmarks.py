@@ -16,13 +16,59 @@ import pytest
 from benchmarks.common import bench_url, drop_bench_database, flatten, lost_events, percentile
 from benchmarks.dashboard import add_growth, size_label
 from benchmarks.generate import generate, settle_merges
-from benchmarks.ingest import parse_wrk
+from benchmarks.ingest import parse_wrk, tree_cpu_s
 from benchmarks.queries import BY, FILTERS, TARGETS, all_exact, targets
 
 from tally.query import Query
 from tally.query.sql import dashboard_sql
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+# A child that starts a grandchild; each burns CPU, then reports its own CPU seconds (os.times)
+# and sleeps, so that the tree's total stays still while the test reads /proc.
+_BURNER = """
+import os, subprocess, sys, time
+def burn(seconds):
+    while sum(os.times()[:2]) < seconds:
+        pass
+if sys.argv[1] == "child":
+    grandchild = subprocess.Popen([sys.executable, "-c", sys.argv[2], "grandchild", ""],
+                                  stdout=subprocess.PIPE, text=True)
+    burn(0.3)
+    mine = sum(os.times()[:2])
+    theirs = float(grandchild.stdout.readline())
+    print(mine + theirs, flush=True)
+    time.sleep(60)
+else:
+    burn(0.2)
+    print(sum(os.times()[:2]), flush=True)
+    time.sleep(60)
+"""
+
+
+def test_tree_cpu_counts_a_process_and_the_processes_below_it():
+    """The worker CPU figures: what /proc says a process tree used, against what each process
+    of the tree says it used itself (os.times), to within a few clock ticks."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _BURNER, "child", _BURNER], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        reported = float(proc.stdout.readline())  # type: ignore[union-attr]
+        measured = tree_cpu_s(proc.pid)
+        assert reported >= 0.5
+        assert reported - 0.05 <= measured <= reported + 0.25, (reported, measured)
+    finally:
+        for pid in reversed(_children(proc.pid)):
+            subprocess.run(["kill", str(pid)], check=False)
+        proc.kill()
+        proc.wait()
+
+
+def _children(pid: int) -> list[int]:
+    from benchmarks.ingest import _tree
+
+    return _tree(pid)[1:]
 
 
 def test_percentile_interpolates_between_ranks():
@@ -207,6 +253,8 @@ def test_smoke_run_of_the_suite(tmp_path):
             "ingest.single.ceiling_ratio",
             "ingest.batch.by_connections.2.p99_ms",
             "ingest.single.by_connections.2.ceiling_ratio",
+            "ingest.single.worker_cpu_s_per_s",
+            "ingest.single.ceiling_worker_cpu_s_per_s",
         ):
             assert name in keys
 

@@ -68,9 +68,28 @@ INSERT_SETTINGS: dict[str, Any] = {
     "deduplicate_blocks_in_dependent_materialized_views": 1,
     # Events of one batch may span many months; one old event must not fail everyone's batch.
     "throw_on_max_partitions_per_insert_block": 0,
-    # The seven rollup views of one INSERT run side by side rather than one after another:
-    # ~10-15% less time per INSERT measured here, so less time for the next batch to wait.
+    # The rollup views of one INSERT run side by side rather than one after another: ~10-15%
+    # less time per INSERT measured here (on a server; the embedded engine overrides it below).
     "parallel_view_processing": 1,
+}
+
+# The embedded engine runs the loader's INSERT in the worker process, on the cores that answer
+# collect requests: since collect acknowledges on the ingest log, not on the INSERT, the INSERT
+# is background work and must not take those cores from the HTTP stack. One thread (parsing,
+# the views one after another) and the lowest CPU priority (nice 19, only where the process may
+# set it: ClickHouse applies ``os_thread_priority`` with CAP_SYS_NICE and ignores it without,
+# as in most containers). Under a load that leaves no idle CPU the loader then falls behind and
+# catches up when the load eases (rows per INSERT grow; ``dataThrough`` and the health
+# endpoint's backlog say so); the log's disk cap bounds how far. Measured on the 2-core machine
+# (benchmarks/README.md, issue 14): single events at 16 connections 5,108-5,311 requests/s
+# against 2,854-4,389 before, p99 10-52 ms against 17-22 ms; batched unchanged within the noise.
+EMBEDDED_INSERT_SETTINGS: dict[str, Any] = {
+    "max_threads": 1,
+    "max_insert_threads": 1,
+    "max_parsing_threads": 1,
+    "input_format_parallel_parsing": 0,
+    "parallel_view_processing": 0,
+    "os_thread_priority": 19,
 }
 
 
@@ -78,16 +97,19 @@ InsertFn = Callable[[list[tuple[Any, ...]], str], None]
 
 
 def segment_inserter(
-    storage: Storage, fault_file: str = ""
+    storage: Storage, fault_file: str = "", *, loader: bool = True
 ) -> Callable[[Sequence[str], bytes, str], None]:
     """The insert function of the loader: rows already encoded as JSONCompactEachRow lines
-    (a segment's body), into the named columns, deduplicated on ``token``.
+    (a segment's body), into the named columns, deduplicated on ``token``. ``loader`` (the
+    default) runs it as background work with the embedded engine (EMBEDDED_INSERT_SETTINGS);
+    tools and benchmarks that time INSERTs themselves pass False.
 
     ``fault_file`` is for fault tests only: while that file exists and says ``fail``, every
     INSERT fails; when it says ``lose``, every INSERT succeeds but its answer is lost (raises
     afterwards), so the loader retries an INSERT that was in fact stored.
     """
     table = f"{storage.database}.events"
+    background = EMBEDDED_INSERT_SETTINGS if loader and storage.target.kind == "chdb" else {}
 
     def insert(columns: Sequence[str], body: bytes, token: str) -> None:
         fault = _fault(fault_file)
@@ -102,7 +124,7 @@ def segment_inserter(
             columns,
             body,
             fmt="JSONCompactEachRow",
-            settings={**INSERT_SETTINGS, "insert_deduplication_token": token},
+            settings={**INSERT_SETTINGS, **background, "insert_deduplication_token": token},
         )
         if fault == "lose":
             raise StorageUnavailable("injected fault: answer lost after the insert")
@@ -112,7 +134,7 @@ def segment_inserter(
 
 def events_inserter(storage: Storage, fault_file: str = "") -> InsertFn:
     """Rows in the order of EVENT_COLUMNS, stored with one INSERT (tools, tests, benchmarks)."""
-    insert = segment_inserter(storage, fault_file)
+    insert = segment_inserter(storage, fault_file, loader=False)
 
     def insert_rows(rows: list[tuple[Any, ...]], token: str) -> None:
         insert(EVENT_COLUMNS, _encode_lines(rows), token)
