@@ -75,21 +75,20 @@ INSERT_SETTINGS: dict[str, Any] = {
 
 # The embedded engine runs the loader's INSERT in the worker process, on the cores that answer
 # collect requests: since collect acknowledges on the ingest log, not on the INSERT, the INSERT
-# is background work and must not take those cores from the HTTP stack. One thread (parsing,
-# the views one after another) and the lowest CPU priority (nice 19, only where the process may
-# set it: ClickHouse applies ``os_thread_priority`` with CAP_SYS_NICE and ignores it without,
-# as in most containers). Under a load that leaves no idle CPU the loader then falls behind and
-# catches up when the load eases (rows per INSERT grow; ``dataThrough`` and the health
-# endpoint's backlog say so); the log's disk cap bounds how far. Measured on the 2-core machine
-# (benchmarks/README.md, issue 14): single events at 16 connections 5,108-5,311 requests/s
-# against 2,854-4,389 before, p99 10-52 ms against 17-22 ms; batched unchanged within the noise.
+# must not take every core from the HTTP stack. One thread (parsing, then the views one after
+# another) leaves the other core to it. Not a lower CPU priority as well (ClickHouse's
+# ``os_thread_priority``, nice 19: tried, a little better in short runs): under a load that keeps
+# every core busy a nice-19 loader gets almost no CPU, its backlog grows for as long as the load
+# lasts, and at the log's disk cap collect answers 503: a busy site would lose availability to
+# win a benchmark. At normal priority the loader keeps its share and its one-second rhythm.
+# Measured on the 2-core machine (benchmarks/README.md, issue 14): single events at 16
+# connections 5,108-5,311 requests/s against 2,854-4,389 before (with nice 19 then).
 EMBEDDED_INSERT_SETTINGS: dict[str, Any] = {
     "max_threads": 1,
     "max_insert_threads": 1,
     "max_parsing_threads": 1,
     "input_format_parallel_parsing": 0,
     "parallel_view_processing": 0,
-    "os_thread_priority": 19,
 }
 
 
