@@ -3,6 +3,7 @@ storage layers. No SQL here."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -227,15 +228,19 @@ async def dashboard(
     )
     # Taken before the queries: whatever it promises is loaded by the time they read.
     through = datetime.fromtimestamp(state.ingest.data_through_ms() / 1000, UTC)
-    rows = await dashboard_queries.fetch(state.storage, query)
+    if against is None:
+        result = build_dashboard(await dashboard_queries.fetch(state.storage, query), query)
+        result.data_through = iso(through)
+        return compare.compared_dashboard(result, None, None)
+    # The other range's summary does not depend on this one's: both are asked at once.
+    earlier_query = compare.earlier_query(query, against)
+    rows, earlier_rows = await asyncio.gather(
+        dashboard_queries.fetch(state.storage, query),
+        dashboard_queries.fetch_summary(state.storage, earlier_query),
+    )
     result = build_dashboard(rows, query)
     result.data_through = iso(through)
-    earlier = earlier_query = None
-    if against is not None:
-        earlier_query = compare.earlier_query(query, against)
-        earlier = build_dashboard(
-            await dashboard_queries.fetch_summary(state.storage, earlier_query), earlier_query
-        )
+    earlier = build_dashboard(earlier_rows, earlier_query)
     return compare.compared_dashboard(result, earlier, earlier_query)
 
 
