@@ -674,6 +674,7 @@ PROJECT_TABLES = {
     "events_quarter",
     "visitors_quarter",
     "sessions_quarter",
+    "audience_quarter",
     "events_daily",
     "events_hourly",
     "paths_daily",
