@@ -125,10 +125,14 @@ def onescan_sql(query: Query, rollup: bool = True) -> dict[str, str]:
     visitors, browsers and devices from ``audience_quarter`` and ``facts`` the raw events for
     the event names, paths and referrers alone: the runner splits the two sets of rows as one."""
     old = dashboard_sql(query, rollup)
-    out = {"facts": facts_sql(query, rollup), "sessions": sessions_sql(query, rollup)}
     if audience.answers(query):
-        out["facts"] = facts_sql(query, rollup, keys=("name", "pth", "ref"))
-        out["facts_audience"] = audience.facts_sql(query, AUDIENCE_CODES)
+        out = {
+            "facts": facts_sql(query, rollup, keys=("name", "pth", "ref")),
+            "facts_audience": audience.facts_sql(query, AUDIENCE_CODES),
+        }
+    else:
+        out = {"facts": facts_sql(query, rollup)}
+    out["sessions"] = sessions_sql(query, rollup)
     out.update({name: old[name] for name in ("recent", "live", "bots") if name in old})
     return out
 
