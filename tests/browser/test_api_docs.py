@@ -5,6 +5,9 @@ elsewhere, and Chromium reports each refusal as one) and sends no request off th
 dashboard page's "Download CSV" of a panel saves what it shows, and "Download raw events" the
 window's events as GET /api/export writes them."""
 
+# ruff: noqa: F811
+# (the fixtures tally, site and browser come from test_site_owner, as in test_panels)
+
 from __future__ import annotations
 
 import csv
@@ -20,10 +23,17 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_site_owner import CHROMIUM, CHROMIUM_ARGS, DESKTOP, Watch, new_project, screenshot
+from test_site_owner import (  # noqa: F401 - fixture: tally
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    DESKTOP,
+    Watch,
+    new_project,
+    screenshot,
+    tally,
+)
 
 from conftest import token
-from served import Server
 
 pytestmark = [
     pytest.mark.slow,
@@ -36,15 +46,6 @@ pytestmark = [
 playwright_api = pytest.importorskip("playwright.sync_api")
 
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
-
-
-@pytest.fixture(scope="module")
-def tally(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    server = Server(tmp_path_factory.mktemp("docs-serve"))
-    try:
-        yield server.url
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,9 @@ view it is put in by clicks (a row, a chip's ×, the compare toggle, a custom ra
 exactly the numbers the API answers for that view.
 """
 
+# ruff: noqa: F811
+# (the fixtures tally, site and browser come from test_site_owner, as in test_panels)
+
 from __future__ import annotations
 
 import csv
@@ -17,7 +20,6 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from datetime import time as clock
 from pathlib import Path
@@ -30,23 +32,23 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_site_owner import (
+from test_site_owner import (  # noqa: F401 - fixtures: tally, site, browser
     CHROMIUM,
-    CHROMIUM_ARGS,
     DESKTOP,
     FAILED_LOAD,
     PHONE,
-    AsVisitor,
     Site,
     Watch,
+    browser,
     headers,
     is_collect,
     screenshot,
+    site,
+    tally,
     wait_until,
 )
 
 from conftest import token
-from served import Server
 
 pytestmark = [
     pytest.mark.slow,
@@ -68,30 +70,6 @@ CARDS = [
     "bounceRate",
     "avgSessionDurationMs",
 ]
-
-
-@pytest.fixture(scope="module")
-def tally(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    server = Server(tmp_path_factory.mktemp("filters-serve"))
-    try:
-        yield server.url
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="module")
-def site() -> Iterator[Site]:
-    s = Site()
-    yield s
-    s.server.shutdown()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with playwright_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield AsVisitor(b)
-        b.close()
 
 
 class Shop:

@@ -123,6 +123,25 @@ def kept_conditions(query: Query, rollup: bool = True) -> tuple[str, str]:
     return session, " AND ".join(events) or "1"
 
 
+def session_metrics_sql(query: Query, sessions: str) -> str:
+    """(sessions, with a pageview, bounced, session_end events, total duration ms) over the
+    window's events of the sessions that ``sessions`` (a condition on base's rows) keeps, each
+    session whole; events without a session id count in none of the session figures."""
+    ms = "toInt128(toUnixTimestamp64Milli(occurred_at))"
+    unstated = "name = 'session_end' AND duration_ms IS NULL"
+    return f"""
+        SELECT countIf(sid != ''), countIf(sid != '' AND pv >= 1), countIf(sid != '' AND pv = 1),
+               sum(ends), sum(stated) + toFloat64(sum(unstated_ms))
+        FROM (SELECT any(session_id) AS sid, countIf(name = 'pageview') AS pv,
+                     countIf(name = 'session_end') AS ends,
+                     sumIf(assumeNotNull(duration_ms),
+                           name = 'session_end' AND duration_ms IS NOT NULL) AS stated,
+                     sumIf({ms}, {unstated}) - countIf({unstated}) * min({ms}) AS unstated_ms
+              FROM ({base_sql(query)})
+              WHERE {sessions}
+              GROUP BY skey)"""
+
+
 def kept_sql(query: Query, rollup: bool = True) -> str:
     """The kept events (all columns and ``skey``). ``rollup``: session filters find their
     sessions in sessions_quarter (else by grouping the raw events: the same sessions)."""
@@ -153,19 +172,7 @@ def dashboard_sql(query: Query, rollup: bool = True) -> dict[str, str]:
             GROUP BY k ORDER BY c DESC, k ASC LIMIT {LIST_LIMIT}"""
     out["visitors"] = f"SELECT uniqExactIf(visitor_hash, visitor_hash != 0) FROM {kept}"
     # Session metrics: every event in the window of the sessions with a kept event.
-    ms = "toInt128(toUnixTimestamp64Milli(occurred_at))"
-    unstated = "name = 'session_end' AND duration_ms IS NULL"
-    out["sessions"] = f"""
-        SELECT countIf(sid != ''), countIf(sid != '' AND pv >= 1), countIf(sid != '' AND pv = 1),
-               sum(ends), sum(stated) + toFloat64(sum(unstated_ms))
-        FROM (SELECT any(session_id) AS sid, countIf(name = 'pageview') AS pv,
-                     countIf(name = 'session_end') AS ends,
-                     sumIf(assumeNotNull(duration_ms),
-                           name = 'session_end' AND duration_ms IS NOT NULL) AS stated,
-                     sumIf({ms}, {unstated}) - countIf({unstated}) * min({ms}) AS unstated_ms
-              FROM ({base_sql(query)})
-              WHERE skey IN (SELECT skey FROM {kept})
-              GROUP BY skey)"""
+    out["sessions"] = session_metrics_sql(query, f"skey IN (SELECT skey FROM {kept})")
     out["recent"] = f"""
         SELECT toString(event_id), name, path, visitor_id, occurred_at FROM {kept}
         ORDER BY occurred_at DESC LIMIT {RECENT_LIMIT}"""

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..domain.metrics import LIST_LIMIT
 from . import audience
-from .filtered import LOCAL, base_sql, dashboard_sql, kept_conditions
+from .filtered import LOCAL, base_sql, dashboard_sql, kept_conditions, session_metrics_sql
 from .model import Query
 
 # The grouping sets of *facts*, in ``grouping()``'s argument order.
@@ -91,8 +91,6 @@ def sessions_sql(query: Query, rollup: bool = True) -> str:
     """(sessions, with a pageview, bounced, session_end events, total duration ms) of the
     sessions with a kept event, every event of theirs in the window."""
     session, events = kept_conditions(query, rollup)
-    ms = "toInt128(toUnixTimestamp64Milli(occurred_at))"
-    unstated = "name = 'session_end' AND duration_ms IS NULL"
     # Under event filters, only the sessions with a kept event are grouped (a semi-join on the
     # kept events' keys): grouping every session of the window and keeping those with a kept
     # event gives the same rows, measured slower.
@@ -101,17 +99,7 @@ def sessions_sql(query: Query, rollup: bool = True) -> str:
         if events == "1"
         else f" AND skey IN (SELECT skey FROM ({base_sql(query)}) WHERE {session} AND {events})"
     )
-    return f"""
-        SELECT countIf(sid != ''), countIf(sid != '' AND pv >= 1), countIf(sid != '' AND pv = 1),
-               sum(ends), sum(stated) + toFloat64(sum(unstated_ms))
-        FROM (SELECT any(session_id) AS sid, countIf(name = 'pageview') AS pv,
-                     countIf(name = 'session_end') AS ends,
-                     sumIf(assumeNotNull(duration_ms),
-                           name = 'session_end' AND duration_ms IS NOT NULL) AS stated,
-                     sumIf({ms}, {unstated}) - countIf({unstated}) * min({ms}) AS unstated_ms
-              FROM ({base_sql(query)})
-              WHERE {session}{restrict}
-              GROUP BY skey)"""
+    return session_metrics_sql(query, session + restrict)
 
 
 # audience_quarter's grouping sets, as facts codes (query/audience.py).
