@@ -63,6 +63,7 @@ def test_every_rollup_is_fed_by_a_view(client):
         "visitors_quarter",
         "sessions_quarter",
         "audience_quarter",
+        "session_values",
     }
 
 

@@ -675,6 +675,7 @@ PROJECT_TABLES = {
     "visitors_quarter",
     "sessions_quarter",
     "audience_quarter",
+    "session_values",
     "events_daily",
     "events_hourly",
     "paths_daily",

@@ -18,13 +18,14 @@ import pytest
 
 import reference_filters as ref
 from conftest import migrate_before, new_project
+from reference import Sent
 from tally.domain.filters import DIMENSIONS, parse_filters
 from tally.query import Query, decide, filtered
 from tally.query.breakdown import breakdown_parameters, breakdown_sql
 from tally.query.decider import AUDIENCE_COLUMNS, SESSIONS_ROLLUP, breakdown_table
 from tally.storage.breakdown import fetch_breakdown
 from tally.storage.client import Storage, parse_url
-from tally.storage.migrate import migrate
+from tally.storage.migrate import load_migrations, migrate
 from tally.storage.purge import purge_project
 from test_filters_wired import as_tuple, sent, traffic
 from test_local_time import COLUMNS, _duration, store
@@ -328,7 +329,7 @@ def test_upgrade_to_011_reads_the_visitor_lists_of_rows_written_before(chdb_path
         events = traffic(now, seed=33)
         before = sent(events)
         _insert(storage, project, before[: len(before) // 2])  # written by schema 010
-        assert migrate(storage) == ["011_session_visitor_list"]
+        assert migrate(storage)[0] == "011_session_visitor_list"
         _insert(storage, project, before[len(before) // 2 :])  # through the view, after it
 
         def check() -> None:
@@ -349,5 +350,86 @@ def test_upgrade_to_011_reads_the_visitor_lists_of_rows_written_before(chdb_path
             f" FROM {db}.sessions_quarter"
         )
         assert differ == [(0,)]
+    finally:
+        storage.close()
+
+
+def test_upgrade_to_012_numbers_the_first_values_of_rows_written_before(chdb_path):
+    """Schema 012's first-value numbers and ``session_values`` for rows stored by 011 come from
+    its backfill (run again: the same answers), rows written after it get them from the view, and
+    every session breakdown, a short one with its ties included, stays the raw table's answer and
+    the reference model's."""
+    storage = Storage(parse_url(f"chdb://{chdb_path}?database=w_{uuid.uuid4().hex[:10]}"), 4)
+    try:
+        migrate_before(storage, 12)
+        now = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2)
+        project = "d" * 24
+        events = traffic(now, seed=35)
+        before = sent(events)
+        _insert(storage, project, before[: len(before) // 2])  # written by schema 011
+        assert migrate(storage) == ["012_session_first_values"]
+        _insert(storage, project, before[len(before) // 2 :])  # through the views, after it
+
+        def check() -> None:
+            for by in SESSION_DIMS:
+                for tz, limit in (("UTC", 1000), ("Asia/Kathmandu", 2)):
+                    query = Query(project, 7, now, tz=tz, dimension=by, limit=limit)
+                    got = _rollup(storage, query)
+                    assert got == _raw(storage, query) == _reference(events, query, []), by
+                    assert got
+
+        check()
+        (schema,) = [m for m in load_migrations() if m.version == 12]
+        for statement in schema.statements(storage.database):
+            if statement.lstrip().startswith("INSERT INTO"):
+                storage.command(statement)
+        check()
+    finally:
+        storage.close()
+
+
+def test_events_sent_together_keep_their_order_at_the_same_millisecond(chdb_path):
+    """Events sent together without a time are stored at one millisecond. A session's first
+    values are still its first event's, and its exit page its last pageview's, in the order
+    sent (the reference model's), whichever value's hash is smaller: two sessions send the same
+    values in opposite orders."""
+    storage = Storage(parse_url(f"chdb://{chdb_path}?database=t_{uuid.uuid4().hex[:10]}"), 2)
+    try:
+        migrate(storage)
+        now = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2)
+        at = now - timedelta(hours=1)
+        project = "e" * 24
+
+        def session(name: str, values: list[str]) -> list:
+            return [
+                Sent(
+                    "pageview",
+                    at,
+                    path=f"/{name}{i}",
+                    session_id=name,
+                    visitor_id=f"v-{name}",
+                    source=v,
+                    channel=v,
+                    utm_medium=v,
+                    utm_campaign=v,
+                )
+                for i, v in enumerate(values)
+            ]
+
+        _insert(
+            storage, project, session("a", ["m1", "m2", "m3"]) + session("b", ["m3", "m2", "m1"])
+        )
+        expected = {
+            "source": ["m1", "m3"],
+            "channel": ["m1", "m3"],
+            "utmMedium": ["m1", "m3"],
+            "utmCampaign": ["m1", "m3"],
+            "entryPage": ["/a0", "/b0"],
+            "exitPage": ["/a2", "/b2"],
+        }
+        for by, values in expected.items():
+            query = Query(project, 1, now, dimension=by, limit=10)
+            row = {"visitors": 1, "pageviews": 3, "events": 3}
+            assert _rollup(storage, query) == [{"value": v, **row} for v in values], by
     finally:
         storage.close()

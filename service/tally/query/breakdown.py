@@ -95,10 +95,52 @@ NIL_UUID = "toUUID('00000000-0000-0000-0000-000000000000')"
 ORDER = "ORDER BY visitors DESC, pageviews DESC, value ASC LIMIT {limit:UInt32}"
 
 
+# Schema 012: sessions_quarter's number of each session dimension's first value (the exit page's
+# last): its time above cityHash64(value); its merge, and session_values' dimension naming it.
+SESSION_NUMBERS = {
+    "source": ("min(source_first)", "source"),
+    "channel": ("min(channel_first)", "channel"),
+    "utmSource": ("min(utm_source_first)", "utm_source"),
+    "utmMedium": ("min(utm_medium_first)", "utm_medium"),
+    "utmCampaign": ("min(utm_campaign_first)", "utm_campaign"),
+    "utmContent": ("min(utm_content_first)", "utm_content"),
+    "utmTerm": ("min(utm_term_first)", "utm_term"),
+    "entryPage": ("min(entry_page_first)", "path"),
+    "exitPage": ("max(exit_page_last)", "path"),
+}
+# The hashes that name no value: the neutral numbers' low 64 bits (a session without a
+# pageview has no entry or exit page) and the empty string's.
+NO_VALUE = "(0, 18446744073709551615, cityHash64(''))"
+
+
 def sessions_rollup_sql(query: Query) -> str:
     """A session dimension's rows from ``sessions_quarter``: one group per session (its buckets
-    in the window merged), kept when its values match every (session) filter; then one row per
-    value. Filter values are the ``f0``, ``f1``, ... parameters of query/filtered.py."""
+    in the window merged), then one row per value. Without filters the session's value is its
+    number's hash (schema 012), named from ``session_values`` for the rows returned: the top rows
+    and every row tied with the last of them, then the contract's order with the names."""
+    if query.filters:
+        return filtered_sessions_rollup_sql(query)
+    merge, kind = SESSION_NUMBERS[query.dimension or ""]
+    return f"""
+        SELECT value, visitors, pageviews, events
+        FROM (SELECT h, uniqExactArray(vs) AS visitors, sum(pv) AS pageviews, sum(n) AS events
+              FROM (SELECT toUInt64({merge}) AS h, groupArrayArray(visitor_list) AS vs,
+                           sum(pageviews) AS pv, sum(events) AS n
+                    FROM {{db}}.sessions_quarter WHERE {QUARTERS_WINDOW}{bots(query)}
+                    GROUP BY session_key, sessioned HAVING n > 0)
+              WHERE h NOT IN {NO_VALUE}
+              GROUP BY h ORDER BY visitors DESC, pageviews DESC LIMIT {{limit:UInt32}} WITH TIES
+             ) AS top
+        INNER JOIN (SELECT value_hash, any(value) AS value FROM {{db}}.session_values
+                    WHERE project_id = {{p:String}} AND dimension = '{kind}'
+                    GROUP BY value_hash) AS named ON named.value_hash = top.h
+        {ORDER}"""
+
+
+def filtered_sessions_rollup_sql(query: Query) -> str:
+    """The same rows under filters on session dimensions, from the string states of the
+    session's values (schema 008): kept when its values match every filter. Filter values are
+    the ``f0``, ``f1``, ... parameters of query/filtered.py."""
     dimension = query.dimension or ""
     values = {dimension: SESSION_STATES[dimension]}
     for f in query.filters:
@@ -111,7 +153,7 @@ def sessions_rollup_sql(query: Query) -> str:
     return f"""
         SELECT value, uniqExactArray(vs) AS visitors, sum(pv) AS pageviews, sum(n) AS events
         FROM (SELECT {names[dimension]} AS value, vs, pv, n
-              FROM (SELECT {columns}, groupUniqArrayArray(visitor_list) AS vs,
+              FROM (SELECT {columns}, groupArrayArray(visitor_list) AS vs,
                            sum(pageviews) AS pv, sum(events) AS n
                     FROM {{db}}.sessions_quarter WHERE {QUARTERS_WINDOW}{bots(query)}
                     GROUP BY session_key, sessioned)

@@ -69,6 +69,7 @@ SHARDING_KEYS: dict[str, str] = {
     "visitors_quarter": PROJECT_SHARD,
     "sessions_quarter": PROJECT_SHARD,
     "audience_quarter": PROJECT_SHARD,
+    "session_values": PROJECT_SHARD,
     "projects": "cityHash64(id)",
     "api_keys": PROJECT_SHARD,
     "api_key_usage": PROJECT_SHARD,
@@ -277,6 +278,7 @@ RETENTION_COLUMNS: dict[str, str] = {
     "visitors_quarter": "bucket",
     "sessions_quarter": "bucket",
     "audience_quarter": "bucket",
+    "session_values": "seen",
 }
 
 
