@@ -16,6 +16,15 @@
 -- 44 bits of milliseconds last until the year 2527; rows past the 1,048,575th of one INSERT
 -- share the last row number.
 --
+-- The session metrics of a filtered view (sessions, bounces, duration) need each session's
+-- session_end events: `ends_unstated` holds those without a stated duration as (epoch ms << 64)
+-- | sipHash64(event_id), `ends_stated` the others as (the Float64 bits of metadata.durationMs <<
+-- 64) | sipHash64(event_id). Arrays merged by concatenation; a reader takes each array's
+-- distinct elements, so an end event written twice (the backfill below beside the view) counts
+-- once. With the first event's time (the high bits of source_first, shifted right by 84) they give
+-- what the raw events give: sum of stated durations, plus each unstated end's time minus the
+-- session's first event's.
+--
 -- session_values names the hashes: one row per project, dimension (`path` for the entry and exit
 -- pages) and distinct value, with the latest time it was seen (ReplacingMergeTree on it, and the
 -- retention TTL). A breakdown groups sessions by hash and looks up the names of the rows it
@@ -47,6 +56,10 @@ ALTER TABLE ${db}.sessions_quarter ADD COLUMN IF NOT EXISTS entry_page_first Sim
 
 ALTER TABLE ${db}.sessions_quarter ADD COLUMN IF NOT EXISTS exit_page_last SimpleAggregateFunction(max, UInt128) DEFAULT toUInt128(0) COMMENT 'the path of the last pageview: ((epoch ms << 20 | row in its INSERT) << 64) | cityHash64(value), by max';
 
+ALTER TABLE ${db}.sessions_quarter ADD COLUMN IF NOT EXISTS ends_unstated SimpleAggregateFunction(groupArrayArray, Array(UInt128)) DEFAULT [] COMMENT 'session_end events without metadata.durationMs: (epoch ms << 64) | sipHash64(event_id) each';
+
+ALTER TABLE ${db}.sessions_quarter ADD COLUMN IF NOT EXISTS ends_stated SimpleAggregateFunction(groupArrayArray, Array(UInt128)) DEFAULT [] COMMENT 'session_end events with metadata.durationMs: (its Float64 bits << 64) | sipHash64(event_id) each';
+
 ALTER TABLE ${db}.sessions_quarter_mv MODIFY QUERY
 SELECT project_id, toStartOfFifteenMinutes(occurred_at) AS bucket,
        if(session_id = '', sipHash64(toString(event_id)), sipHash64(session_id)) AS session_key,
@@ -62,33 +75,37 @@ SELECT project_id, toStartOfFifteenMinutes(occurred_at) AS bucket,
        argMinState(utm_term, occurred_at) AS utm_term,
        argMinStateIf(path, occurred_at, name = 'pageview') AS entry_page,
        argMaxStateIf(path, occurred_at, name = 'pageview') AS exit_page,
-       min(bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(toString(events.source))))) AS source_first,
-       min(bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(toString(events.channel))))) AS channel_first,
-       min(bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(events.utm_source)))) AS utm_source_first,
-       min(bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(events.utm_medium)))) AS utm_medium_first,
-       min(bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(events.utm_campaign)))) AS utm_campaign_first,
-       min(bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(events.utm_content)))) AS utm_content_first,
-       min(bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(events.utm_term)))) AS utm_term_first,
-       min(if(name = 'pageview', bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(events.path))), toUInt128('340282366920938463463374607431768211455'))) AS entry_page_first,
-       max(if(name = 'pageview', bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(events.path))), toUInt128(0))) AS exit_page_last
-FROM ${db}.events
+       min(bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(toString(e.source))))) AS source_first,
+       min(bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(toString(e.channel))))) AS channel_first,
+       min(bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(e.utm_source)))) AS utm_source_first,
+       min(bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(e.utm_medium)))) AS utm_medium_first,
+       min(bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(e.utm_campaign)))) AS utm_campaign_first,
+       min(bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(e.utm_content)))) AS utm_content_first,
+       min(bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(e.utm_term)))) AS utm_term_first,
+       min(if(name = 'pageview', bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(e.path))), toUInt128('340282366920938463463374607431768211455'))) AS entry_page_first,
+       max(if(name = 'pageview', bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(e.path))), toUInt128(0))) AS exit_page_last,
+       groupArrayIf(bitOr(bitShiftLeft(toUInt128(toUnixTimestamp64Milli(occurred_at)), 64), toUInt128(sipHash64(toString(event_id)))), name = 'session_end' AND duration_ms IS NULL) AS ends_unstated,
+       groupArrayIf(bitOr(bitShiftLeft(toUInt128(reinterpretAsUInt64(assumeNotNull(duration_ms))), 64), toUInt128(sipHash64(toString(event_id)))), name = 'session_end' AND duration_ms IS NOT NULL) AS ends_stated
+FROM ${db}.events AS e
 GROUP BY project_id, bucket, session_key, sessioned, is_bot;
 
 INSERT INTO ${db}.sessions_quarter (project_id, bucket, session_key, sessioned, is_bot,
-    source_first, channel_first, utm_source_first, utm_medium_first, utm_campaign_first, utm_content_first, utm_term_first, entry_page_first, exit_page_last)
+    source_first, channel_first, utm_source_first, utm_medium_first, utm_campaign_first, utm_content_first, utm_term_first, entry_page_first, exit_page_last, ends_unstated, ends_stated)
 SELECT project_id, toStartOfFifteenMinutes(occurred_at) AS bucket,
        if(session_id = '', sipHash64(toString(event_id)), sipHash64(session_id)) AS session_key,
        toUInt8(session_id != '') AS sessioned, is_bot,
-       min(bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(toString(events.source))))) AS source_first,
-       min(bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(toString(events.channel))))) AS channel_first,
-       min(bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(events.utm_source)))) AS utm_source_first,
-       min(bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(events.utm_medium)))) AS utm_medium_first,
-       min(bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(events.utm_campaign)))) AS utm_campaign_first,
-       min(bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(events.utm_content)))) AS utm_content_first,
-       min(bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(events.utm_term)))) AS utm_term_first,
-       min(if(name = 'pageview', bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(events.path))), toUInt128('340282366920938463463374607431768211455'))) AS entry_page_first,
-       max(if(name = 'pageview', bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(events.path))), toUInt128(0))) AS exit_page_last
-FROM ${db}.events
+       min(bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(toString(e.source))))) AS source_first,
+       min(bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(toString(e.channel))))) AS channel_first,
+       min(bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(e.utm_source)))) AS utm_source_first,
+       min(bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(e.utm_medium)))) AS utm_medium_first,
+       min(bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(e.utm_campaign)))) AS utm_campaign_first,
+       min(bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(e.utm_content)))) AS utm_content_first,
+       min(bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(e.utm_term)))) AS utm_term_first,
+       min(if(name = 'pageview', bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(e.path))), toUInt128('340282366920938463463374607431768211455'))) AS entry_page_first,
+       max(if(name = 'pageview', bitOr(bitShiftLeft(toUInt128(bitOr(bitShiftLeft(toUInt64(toUnixTimestamp64Milli(occurred_at)), 20), least(rowNumberInBlock(), 1048575))), 64), toUInt128(cityHash64(e.path))), toUInt128(0))) AS exit_page_last,
+       groupArrayIf(bitOr(bitShiftLeft(toUInt128(toUnixTimestamp64Milli(occurred_at)), 64), toUInt128(sipHash64(toString(event_id)))), name = 'session_end' AND duration_ms IS NULL) AS ends_unstated,
+       groupArrayIf(bitOr(bitShiftLeft(toUInt128(reinterpretAsUInt64(assumeNotNull(duration_ms))), 64), toUInt128(sipHash64(toString(event_id)))), name = 'session_end' AND duration_ms IS NOT NULL) AS ends_stated
+FROM ${db}.events AS e
 GROUP BY project_id, bucket, session_key, sessioned, is_bot;
 
 CREATE TABLE IF NOT EXISTS ${db}.session_values

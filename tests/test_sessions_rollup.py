@@ -20,7 +20,7 @@ import reference_filters as ref
 from conftest import migrate_before, new_project
 from reference import Sent
 from tally.domain.filters import DIMENSIONS, parse_filters
-from tally.query import Query, decide, filtered
+from tally.query import Query, decide, filtered, onescan
 from tally.query.breakdown import breakdown_parameters, breakdown_sql
 from tally.query.decider import AUDIENCE_COLUMNS, SESSIONS_ROLLUP, breakdown_table
 from tally.storage.breakdown import fetch_breakdown
@@ -86,6 +86,10 @@ def session_filters(events) -> list[list]:
     """Each session dimension with each operator, values from the data; and two combined."""
     out = each_operator(events, SESSION_DIMS)
     out.append([["is", "source", ["日本語", "x' OR 1=1 --"]], ["is_not", "exitPage", ["/"]]])
+    # The empty value: sessions without one (no utm_medium, no pageview) match it.
+    out.append([["is", "utmMedium", ["", "nope"]]])
+    out.append([["is_not", "entryPage", [""]], ["contains_not", "utmSource", [""]]])
+    out.append([["contains", "exitPage", [""]]])
     return out
 
 
@@ -360,6 +364,7 @@ def test_upgrade_to_012_numbers_the_first_values_of_rows_written_before(chdb_pat
     every session breakdown, a short one with its ties included, stays the raw table's answer and
     the reference model's."""
     storage = Storage(parse_url(f"chdb://{chdb_path}?database=w_{uuid.uuid4().hex[:10]}"), 4)
+    db = storage.database
     try:
         migrate_before(storage, 12)
         now = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2)
@@ -377,6 +382,21 @@ def test_upgrade_to_012_numbers_the_first_values_of_rows_written_before(chdb_pat
                     got = _rollup(storage, query)
                     assert got == _raw(storage, query) == _reference(events, query, []), by
                     assert got
+            # The session metrics of filtered views (their session_end events: schema 012).
+            for raw in ([["contains", "source", ["o"]]], [["contains", "path", ["/"]]]):
+                query = Query(
+                    project, 7, now, tz="Asia/Kathmandu", filters=parse_filters(json.dumps(raw))
+                )
+                params = filtered.parameters(query)
+                a, b = (
+                    asyncio.run(
+                        storage.aquery(
+                            onescan.sessions_sql(query, rollup).replace("{db}", db), params
+                        )
+                    )
+                    for rollup in (True, False)
+                )
+                assert a == b and a[0][3] > 0, raw
 
         check()
         (schema,) = [m for m in load_migrations() if m.version == 12]

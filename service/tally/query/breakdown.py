@@ -8,10 +8,10 @@ under that value, as Plausible's visit dimensions do. Events without a session i
 themselves. Rows with an empty value are left out (as the dashboard's top lists do).
 
 Where each is read (query/decider.py): a session dimension from ``sessions_quarter`` (schema 008:
-per session and 15 minutes, the states of its first and last values, its visitors (schema 011:
-a plain array) and counts; a session's buckets in the window merge to the raw table's answer
-exactly); country, browser, os and deviceType from ``audience_quarter`` (query/audience.py);
-any other event dimension from the raw ``events`` table, a narrow read on
+per session and 15 minutes, its first and last values (schema 012: as numbers, query/firsts.py),
+its visitors (schema 011: a plain array) and counts; a session's buckets in the window merge to
+the raw table's answer exactly); country, browser, os and deviceType from ``audience_quarter``
+(query/audience.py); any other event dimension from the raw ``events`` table, a narrow read on
 ``(project_id, occurred_at)`` of the window's columns it needs. Visitors are exact (distinct
 64-bit hashes of the visitor ids, as every rollup)."""
 
@@ -20,27 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from . import audience
+from . import audience, firsts
 from .decider import AUDIENCE_ROLLUP, SESSIONS_ROLLUP, breakdown_table, decide
-from .filtered import match  # the raw path's matching: the same SQL on the same values
 from .model import Query
 from .sql import WINDOW, bots
 
 QUARTERS_WINDOW = (
     "project_id = {p:String} AND bucket >= {t0:DateTime('UTC')} AND bucket < {t1:DateTime('UTC')}"
 )
-# sessions_quarter's column of each session dimension's state, and its merge function.
-SESSION_STATES = {
-    "source": "argMinMerge(source)",
-    "channel": "argMinMerge(channel)",
-    "utmSource": "argMinMerge(utm_source)",
-    "utmMedium": "argMinMerge(utm_medium)",
-    "utmCampaign": "argMinMerge(utm_campaign)",
-    "utmContent": "argMinMerge(utm_content)",
-    "utmTerm": "argMinMerge(utm_term)",
-    "entryPage": "argMinMerge(entry_page)",
-    "exitPage": "argMaxMerge(exit_page)",
-}
 
 
 @dataclass(frozen=True)
@@ -95,71 +82,34 @@ NIL_UUID = "toUUID('00000000-0000-0000-0000-000000000000')"
 ORDER = "ORDER BY visitors DESC, pageviews DESC, value ASC LIMIT {limit:UInt32}"
 
 
-# Schema 012: sessions_quarter's number of each session dimension's first value (the exit page's
-# last): its time above cityHash64(value); its merge, and session_values' dimension naming it.
-SESSION_NUMBERS = {
-    "source": ("min(source_first)", "source"),
-    "channel": ("min(channel_first)", "channel"),
-    "utmSource": ("min(utm_source_first)", "utm_source"),
-    "utmMedium": ("min(utm_medium_first)", "utm_medium"),
-    "utmCampaign": ("min(utm_campaign_first)", "utm_campaign"),
-    "utmContent": ("min(utm_content_first)", "utm_content"),
-    "utmTerm": ("min(utm_term_first)", "utm_term"),
-    "entryPage": ("min(entry_page_first)", "path"),
-    "exitPage": ("max(exit_page_last)", "path"),
-}
-# The hashes that name no value: the neutral numbers' low 64 bits (a session without a
-# pageview has no entry or exit page) and the empty string's.
-NO_VALUE = "(0, 18446744073709551615, cityHash64(''))"
-
-
 def sessions_rollup_sql(query: Query) -> str:
-    """A session dimension's rows from ``sessions_quarter``: one group per session (its buckets
-    in the window merged), then one row per value. Without filters the session's value is its
-    number's hash (schema 012), named from ``session_values`` for the rows returned: the top rows
-    and every row tied with the last of them, then the contract's order with the names."""
-    if query.filters:
-        return filtered_sessions_rollup_sql(query)
-    merge, kind = SESSION_NUMBERS[query.dimension or ""]
-    return f"""
-        SELECT value, visitors, pageviews, events
-        FROM (SELECT h, uniqExactArray(vs) AS visitors, sum(pv) AS pageviews, sum(n) AS events
-              FROM (SELECT toUInt64({merge}) AS h, groupArrayArray(visitor_list) AS vs,
-                           sum(pageviews) AS pv, sum(events) AS n
-                    FROM {{db}}.sessions_quarter WHERE {QUARTERS_WINDOW}{bots(query)}
-                    GROUP BY session_key, sessioned HAVING n > 0)
-              WHERE h NOT IN {NO_VALUE}
-              GROUP BY h ORDER BY visitors DESC, pageviews DESC LIMIT {{limit:UInt32}} WITH TIES
-             ) AS top
-        INNER JOIN (SELECT value_hash, any(value) AS value FROM {{db}}.session_values
-                    WHERE project_id = {{p:String}} AND dimension = '{kind}'
-                    GROUP BY value_hash) AS named ON named.value_hash = top.h
-        {ORDER}"""
-
-
-def filtered_sessions_rollup_sql(query: Query) -> str:
-    """The same rows under filters on session dimensions, from the string states of the
-    session's values (schema 008): kept when its values match every filter. Filter values are
-    the ``f0``, ``f1``, ... parameters of query/filtered.py."""
+    """A session dimension's rows from ``sessions_quarter``, under session filters if any: one
+    group per session (its buckets in the window merged) holding the hashes of its values
+    (schema 012, query/firsts.py), kept when they pass every filter; then one row per value hash,
+    named from ``session_values`` for the rows returned (the top rows and every row tied with the
+    last of them), in the contract's order. Filter values are the ``f0``, ``f1``, ...
+    parameters."""
     dimension = query.dimension or ""
-    values = {dimension: SESSION_STATES[dimension]}
+    hashes = {dimension: "h0"}
     for f in query.filters:
-        values.setdefault(f.dimension.name, SESSION_STATES[f.dimension.name])
-    names = {name: f"v{i}" for i, name in enumerate(values)}
-    columns = ", ".join(f"{merge} AS {names[name]}" for name, merge in values.items())
-    kept = " AND ".join(
-        match(names[f.dimension.name], f, f"f{i}") for i, f in enumerate(query.filters)
+        hashes.setdefault(f.dimension.name, f"h{len(hashes)}")
+    columns = ", ".join(f"{firsts.hash_of(name)} AS {alias}" for name, alias in hashes.items())
+    kept = "".join(
+        f" AND {firsts.match(hashes[f.dimension.name], f, f'f{i}')}"
+        for i, f in enumerate(query.filters)
     )
     return f"""
-        SELECT value, uniqExactArray(vs) AS visitors, sum(pv) AS pageviews, sum(n) AS events
-        FROM (SELECT {names[dimension]} AS value, vs, pv, n
+        SELECT value, visitors, pageviews, events
+        FROM (SELECT h0, uniqExactArray(vs) AS visitors, sum(pv) AS pageviews, sum(n) AS events
               FROM (SELECT {columns}, groupArrayArray(visitor_list) AS vs,
                            sum(pageviews) AS pv, sum(events) AS n
                     FROM {{db}}.sessions_quarter WHERE {QUARTERS_WINDOW}{bots(query)}
-                    GROUP BY session_key, sessioned)
-              WHERE {kept or "1"})
-        WHERE value != ''
-        GROUP BY value {ORDER}"""
+                    GROUP BY session_key, sessioned HAVING n > 0)
+              WHERE h0 NOT IN {firsts.NO_VALUE}{kept}
+              GROUP BY h0 ORDER BY visitors DESC, pageviews DESC LIMIT {{limit:UInt32}} WITH TIES
+             ) AS top
+        INNER JOIN ({firsts.names_sql(dimension)}) AS named ON named.value_hash = top.h0
+        {ORDER}"""
 
 
 def breakdown_sql(query: Query) -> str:

@@ -23,6 +23,8 @@ from typing import Any
 
 from ..domain.filters import DIMENSIONS, Filter, event_filters, session_filters
 from ..domain.metrics import LIST_LIMIT, LIVE_WINDOW, RECENT_LIMIT
+from .firsts import hash_of, hit
+from .firsts import match as number_match
 from .model import Query
 from .sql import bots
 
@@ -55,12 +57,9 @@ def session_value(f_column: str, pick: str) -> str:
 
 
 def match(expr: str, flt: Filter, param: str) -> str:
-    values = f"{{{param}:Array(String)}}"
-    if flt.substring:
-        hit = f"arrayExists(v -> position(lowerUTF8({expr}), lowerUTF8(v)) > 0, {values})"
-    else:
-        hit = f"has({values}, {expr})"
-    return f"NOT {hit}" if flt.negated else hit
+    """``expr`` (a string) passes ``flt``; its values are the ``param`` parameter."""
+    found = hit(expr, flt, param)
+    return f"NOT {found}" if flt.negated else found
 
 
 def base_sql(query: Query) -> str:
@@ -99,6 +98,19 @@ def _sessions(query: Query, values: Mapping[str, tuple[str, str]], rollup: bool)
     )
 
 
+def session_filters_having(query: Query) -> str:
+    """The session filters of ``query`` on a session's sessions_quarter rows grouped (a
+    ``HAVING``): each on the hash of its value (schema 012, query/firsts.py); "1" for none."""
+    return (
+        " AND ".join(
+            number_match(hash_of(f.dimension.name), f, f"f{i}")
+            for i, f in enumerate(query.filters)
+            if f.dimension.is_session
+        )
+        or "1"
+    )
+
+
 def kept_conditions(query: Query, rollup: bool = True) -> tuple[str, str]:
     """(session condition, event condition) on base's rows: the session filters' semi-join on
     ``skey`` (true of every event of a matching session) and the event filters; "1" for none.
@@ -108,14 +120,25 @@ def kept_conditions(query: Query, rollup: bool = True) -> tuple[str, str]:
     session = "1"
     by_session = session_filters(query.filters)
     if by_session:
-        # The matching sessions from sessions_quarter (one row per session and 15 minutes)
-        # rather than by grouping the window's raw events by session: the same values.
-        values = {
-            f"v{j}": (f.dimension.column, f.dimension.session_value or "first_event")
-            for j, f in enumerate(by_session)
-        }
-        matched = " AND ".join(match(f"v{j}", f, names[id(f)]) for j, f in enumerate(by_session))
-        session = f"skey IN (SELECT skey FROM ({_sessions(query, values, rollup)}) WHERE {matched})"
+        if rollup:
+            # The matching sessions from sessions_quarter (one row per session and 15 minutes)
+            # rather than by grouping the window's raw events by session: the same values, as
+            # hashes matched on session_values' names (schema 012, query/firsts.py).
+            session = (
+                f"skey IN (SELECT session_key FROM {{db}}.sessions_quarter WHERE {QUARTERS}"
+                f"{bots(query)} GROUP BY session_key, sessioned "
+                f"HAVING {session_filters_having(query)})"
+            )
+        else:
+            values = {
+                f"v{j}": (f.dimension.column, f.dimension.session_value or "first_event")
+                for j, f in enumerate(by_session)
+            }
+            matched = " AND ".join(
+                match(f"v{j}", f, names[id(f)]) for j, f in enumerate(by_session)
+            )
+            sessions = _sessions(query, values, rollup)
+            session = f"skey IN (SELECT skey FROM ({sessions}) WHERE {matched})"
     events = [
         match(f"toString({f.dimension.column})", f, names[id(f)])
         for f in event_filters(query.filters)
@@ -140,6 +163,26 @@ def session_metrics_sql(query: Query, sessions: str) -> str:
               FROM ({base_sql(query)})
               WHERE {sessions}
               GROUP BY skey)"""
+
+
+def rollup_session_metrics_sql(query: Query, having: str = "1", keys: str = "1") -> str:
+    """:func:`session_metrics_sql`'s row from sessions_quarter (schema 012): each session's rows
+    in the window merged, kept when ``having`` (aggregates of its rows, e.g. the session
+    filters on its value hashes) holds and its ``session_key`` passes ``keys``. The first event's
+    time is the high bits of ``source_first``, which every event sets."""
+    first_ms = "toInt128(bitShiftRight(min(source_first), 84))"
+    stated = "arraySum(x -> reinterpretAsFloat64(toUInt64(bitShiftRight(x, 64))), s)"
+    unstated_ms = "toInt128(arraySum(x -> toInt64(bitShiftRight(x, 64)), u))"
+    return f"""
+        SELECT countIf(sessioned = 1), countIf(sessioned = 1 AND pv >= 1),
+               countIf(sessioned = 1 AND pv = 1), sum(ends), sum(stated) + toFloat64(sum(unstated))
+        FROM (SELECT sessioned, sum(pageviews) AS pv,
+                     arrayDistinct(groupArrayArray(ends_unstated)) AS u,
+                     arrayDistinct(groupArrayArray(ends_stated)) AS s,
+                     length(u) + length(s) AS ends, {stated} AS stated,
+                     {unstated_ms} - toInt128(length(u)) * {first_ms} AS unstated
+              FROM {{db}}.sessions_quarter WHERE {QUARTERS}{bots(query)} AND {keys}
+              GROUP BY session_key, sessioned HAVING {having})"""
 
 
 def kept_sql(query: Query, rollup: bool = True) -> str:

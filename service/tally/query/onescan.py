@@ -8,9 +8,11 @@ again. Here the same answers come from three queries:
   local hour, the event name, the pageviews' path and referrer, browser, device type and the
   whole window; each row carries events, pageviews and distinct visitors (``uniqExact``). The
   top lists are cut to ``LIST_LIMIT`` in SQL by the same order as before.
-- *sessions*: the window's events of the sessions with a kept event (the session filters'
-  semi-join, and under event filters one on the kept events' session keys), grouped by
-  session: the same query as before.
+- *sessions*: the session metrics of the sessions with a kept event, each session's rows of
+  ``sessions_quarter`` merged (schema 012 keeps its session_end events there): kept by the
+  session filters on its value hashes, and under event filters by a semi-join on the kept
+  events' session keys. ``rollup=False`` groups the window's raw events by session instead
+  (the per-part path's query; the tests compare both).
 - *recent*, *live* and *bots* as before.
 
 :func:`split` turns the facts rows into the rows ``filtered.dashboard_sql``'s queries return, so
@@ -22,7 +24,15 @@ from typing import Any
 
 from ..domain.metrics import LIST_LIMIT
 from . import audience
-from .filtered import LOCAL, base_sql, dashboard_sql, kept_conditions, session_metrics_sql
+from .filtered import (
+    LOCAL,
+    base_sql,
+    dashboard_sql,
+    kept_conditions,
+    rollup_session_metrics_sql,
+    session_filters_having,
+    session_metrics_sql,
+)
 from .model import Query
 
 # The grouping sets of *facts*, in ``grouping()``'s argument order.
@@ -91,14 +101,18 @@ def sessions_sql(query: Query, rollup: bool = True) -> str:
     """(sessions, with a pageview, bounced, session_end events, total duration ms) of the
     sessions with a kept event, every event of theirs in the window."""
     session, events = kept_conditions(query, rollup)
+    kept_keys = f"SELECT skey FROM ({base_sql(query)}) WHERE {session} AND {events}"
+    if rollup:
+        # Each session's rows of sessions_quarter merged (schema 012): under session filters
+        # only, the filters on its merged values; under event filters, the sessions with a kept
+        # event (a semi-join on the kept events' keys).
+        if events == "1":
+            return rollup_session_metrics_sql(query, having=session_filters_having(query))
+        return rollup_session_metrics_sql(query, keys=f"session_key IN ({kept_keys})")
     # Under event filters, only the sessions with a kept event are grouped (a semi-join on the
     # kept events' keys): grouping every session of the window and keeping those with a kept
     # event gives the same rows, measured slower.
-    restrict = (
-        ""
-        if events == "1"
-        else f" AND skey IN (SELECT skey FROM ({base_sql(query)}) WHERE {session} AND {events})"
-    )
+    restrict = "" if events == "1" else f" AND skey IN ({kept_keys})"
     return session_metrics_sql(query, session + restrict)
 
 

@@ -1,0 +1,66 @@
+"""A session's values as numbers (schema 012), and filters matched on them.
+
+``sessions_quarter`` keeps each session dimension's first value (the exit page's last) per
+session and 15 minutes as one unsigned 128-bit number: the event's time (and its row in its
+INSERT) above cityHash64 of the value. The minimum (maximum) over a session's rows in the window
+is its value there, merged as a plain number rather than a string state. ``toUInt64`` of it is
+the value's hash; ``session_values`` names the hashes, one row per project, dimension and value.
+
+A filter on a session dimension is matched on the hashes: the hashes of the stored values that
+match it (found in ``session_values`` by the same string comparison as the raw path's,
+query/filtered.py) and, when the empty value matches it, the hashes that stand for no value."""
+
+from __future__ import annotations
+
+from ..domain.filters import Filter
+
+# Per session dimension: sessions_quarter's merge of its number, and session_values' dimension.
+NUMBERS: dict[str, tuple[str, str]] = {
+    "source": ("min(source_first)", "source"),
+    "channel": ("min(channel_first)", "channel"),
+    "utmSource": ("min(utm_source_first)", "utm_source"),
+    "utmMedium": ("min(utm_medium_first)", "utm_medium"),
+    "utmCampaign": ("min(utm_campaign_first)", "utm_campaign"),
+    "utmContent": ("min(utm_content_first)", "utm_content"),
+    "utmTerm": ("min(utm_term_first)", "utm_term"),
+    "entryPage": ("min(entry_page_first)", "path"),
+    "exitPage": ("max(exit_page_last)", "path"),
+}
+# The hashes that stand for the empty value: the neutral numbers' low 64 bits (a session without
+# a pageview has no entry or exit page) and the empty string's.
+NO_VALUE = "(0, 18446744073709551615, cityHash64(''))"
+
+
+def hash_of(dimension: str) -> str:
+    """The session's value hash of ``dimension``, an aggregate over its sessions_quarter rows."""
+    return f"toUInt64({NUMBERS[dimension][0]})"
+
+
+def hit(expr: str, flt: Filter, param: str) -> str:
+    """``expr`` (a string) is one of the filter's values, or contains one ignoring case: the
+    positive form of every operator; the filter values are the ``param`` parameter."""
+    values = f"{{{param}:Array(String)}}"
+    if flt.substring:
+        return f"arrayExists(v -> position(lowerUTF8({expr}), lowerUTF8(v)) > 0, {values})"
+    return f"has({values}, {expr})"
+
+
+def match(h: str, flt: Filter, param: str) -> str:
+    """The session whose value hash is ``h`` passes ``flt`` (the raw path's meaning, as
+    query/filtered.py's ``match`` on the value itself)."""
+    kind = NUMBERS[flt.dimension.name][1]
+    named = (
+        f"SELECT value_hash FROM {{db}}.session_values WHERE project_id = {{p:String}} "
+        f"AND dimension = '{kind}' AND {hit('value', flt, param)}"
+    )
+    found = f"({h} GLOBAL IN ({named}) OR ({h} IN {NO_VALUE} AND {hit(chr(39) * 2, flt, param)}))"
+    return f"NOT {found}" if flt.negated else found
+
+
+def names_sql(dimension: str) -> str:
+    """(value_hash, value) of ``dimension``'s values in the project: the names of the hashes."""
+    return (
+        f"SELECT value_hash, any(value) AS value FROM {{db}}.session_values "
+        f"WHERE project_id = {{p:String}} AND dimension = '{NUMBERS[dimension][1]}' "
+        "GROUP BY value_hash"
+    )
