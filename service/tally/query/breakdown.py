@@ -98,18 +98,15 @@ def sessions_rollup_sql(query: Query) -> str:
         f" AND {firsts.match(hashes[f.dimension.name], f, f'f{i}')}"
         for i, f in enumerate(query.filters)
     )
-    return f"""
-        SELECT value, visitors, pageviews, events
-        FROM (SELECT h0, uniqExactArray(vs) AS visitors, sum(pv) AS pageviews, sum(n) AS events
-              FROM (SELECT {columns}, groupArrayArray(visitor_list) AS vs,
-                           sum(pageviews) AS pv, sum(events) AS n
-                    FROM {{db}}.sessions_quarter WHERE {QUARTERS_WINDOW}{bots(query)}
-                    GROUP BY session_key, sessioned HAVING n > 0)
-              WHERE h0 NOT IN {firsts.NO_VALUE}{kept}
-              GROUP BY h0 ORDER BY visitors DESC, pageviews DESC LIMIT {{limit:UInt32}} WITH TIES
-             ) AS top
-        INNER JOIN ({firsts.names_sql(dimension)}) AS named ON named.value_hash = top.h0
-        {ORDER}"""
+    rows = f"""
+        SELECT h0 AS h, uniqExactArray(vs) AS visitors, sum(pv) AS pageviews, sum(n) AS events
+        FROM (SELECT {columns}, groupArrayArray(visitor_list) AS vs,
+                     sum(pageviews) AS pv, sum(events) AS n
+              FROM {{db}}.sessions_quarter WHERE {QUARTERS_WINDOW}{bots(query)}
+              GROUP BY session_key, sessioned HAVING n > 0)
+        WHERE h0 NOT IN {firsts.NO_VALUE}{kept}
+        GROUP BY h0"""
+    return firsts.named_rows(rows, dimension)
 
 
 def breakdown_sql(query: Query) -> str:

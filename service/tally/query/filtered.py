@@ -7,9 +7,12 @@ tests/reference_filters.py define:
   one non-empty ``session_id``; an event without one is a session of its own (``skey``, the
   64-bit ``session_key`` of schema 009; distinct visitors count ``visitor_hash``).
 - Session filters keep the sessions whose value (first event's, first or last pageview's path, in
-  the window) matches: a semi-join on ``skey`` with the matching sessions of ``sessions_quarter``
-  (schema 008), whose merged states are those values. Event filters then keep the matching events
-  of those sessions: *kept*. A session dimension's value in a breakdown comes from there too.
+  the window) matches: a semi-join on ``skey`` with the matching sessions of ``sessions_quarter``,
+  whose merged numbers hold those values' hashes (schema 012, query/firsts.py), matched on the
+  names ``session_values`` holds. Event filters then keep the matching events of those sessions:
+  *kept*. A session dimension's value in a breakdown comes from there too, named for the rows
+  returned. ``rollup=False`` groups the window's raw events by session instead: the tests compare
+  both.
 - Every event number reads *kept*; session metrics read every event of base of the sessions
   with a kept event (*kept sessions*, whole).
 
@@ -23,7 +26,7 @@ from typing import Any
 
 from ..domain.filters import DIMENSIONS, Filter, event_filters, session_filters
 from ..domain.metrics import LIST_LIMIT, LIVE_WINDOW, RECENT_LIMIT
-from .firsts import hash_of, hit
+from .firsts import NO_VALUE, hash_of, hit, named_rows
 from .firsts import match as number_match
 from .model import Query
 from .sql import bots
@@ -37,12 +40,6 @@ SKEY = "session_key"
 QUARTERS = (
     "project_id = {p:String} AND bucket >= {q0:DateTime('UTC')} AND bucket < {q1:DateTime('UTC')}"
 )
-# sessions_quarter's state of each session value, and its merge.
-ROLLUP_VALUE = {
-    "first_event": "argMinMerge({c})",
-    "first_pageview": "argMinMerge(entry_page)",
-    "last_pageview": "argMaxMerge(exit_page)",
-}
 SESSION_VALUE = {
     "first_event": "argMin(toString({c}), occurred_at)",
     "first_pageview": "argMinIf(toString({c}), occurred_at, name = 'pageview')",
@@ -66,12 +63,6 @@ def base_sql(query: Query) -> str:
     return f"SELECT *, {SKEY} AS skey, visitor_hash FROM {{db}}.events WHERE {RANGE}{bots(query)}"
 
 
-def rollup_value(column: str, pick: str) -> str:
-    """A session value merged from sessions_quarter's states (the same as session_value over the
-    session's events in the window: query/decider.py)."""
-    return ROLLUP_VALUE[pick].format(c=column)
-
-
 def sessions_sql(query: Query, values: str) -> str:
     """One row per session of the window from sessions_quarter: skey and ``values``."""
     return (
@@ -87,12 +78,9 @@ def _raw_sessions_sql(query: Query, values: str) -> str:
     return f"SELECT skey, {values} FROM ({base_sql(query)}) GROUP BY skey"
 
 
-def _sessions(query: Query, values: Mapping[str, tuple[str, str]], rollup: bool) -> str:
-    """Per session of the window, each named value {alias: (column, pick)}."""
-    if rollup:
-        return sessions_sql(
-            query, ", ".join(f"{rollup_value(c, p)} AS {a}" for a, (c, p) in values.items())
-        )
+def _sessions(query: Query, values: Mapping[str, tuple[str, str]]) -> str:
+    """Per session of the window grouped from the raw events, each named value
+    {alias: (column, pick)}."""
     return _raw_sessions_sql(
         query, ", ".join(f"{session_value(c, p)} AS {a}" for a, (c, p) in values.items())
     )
@@ -137,7 +125,7 @@ def kept_conditions(query: Query, rollup: bool = True) -> tuple[str, str]:
             matched = " AND ".join(
                 match(f"v{j}", f, names[id(f)]) for j, f in enumerate(by_session)
             )
-            sessions = _sessions(query, values, rollup)
+            sessions = _sessions(query, values)
             session = f"skey IN (SELECT skey FROM ({sessions}) WHERE {matched})"
     events = [
         match(f"toString({f.dimension.column})", f, names[id(f)])
@@ -246,11 +234,19 @@ def breakdown_sql(query: Query, rollup: bool = True) -> str:
             SELECT toString({dim.column}) AS value, {counts}
             FROM {kept} WHERE value != ''
             GROUP BY value {ORDER}"""
+    if rollup:
+        # Each kept event under its session's value hash (schema 012), named for the rows
+        # returned (query/firsts.py).
+        sessions = sessions_sql(query, f"{hash_of(dim.name)} AS h")
+        rows = f"""
+            SELECT h, {counts} FROM {kept} AS k INNER JOIN ({sessions}) AS s ON k.skey = s.skey
+            WHERE h NOT IN {NO_VALUE} GROUP BY h"""
+        return named_rows(rows, dim.name)
     value = {"value": (dim.column, dim.session_value or "first_event")}
     return f"""
         SELECT value, {counts}
         FROM {kept} AS k
-        INNER JOIN ({_sessions(query, value, rollup)}) AS s ON k.skey = s.skey
+        INNER JOIN ({_sessions(query, value)}) AS s ON k.skey = s.skey
         WHERE value != ''
         GROUP BY value {ORDER}"""
 

@@ -57,10 +57,16 @@ def match(h: str, flt: Filter, param: str) -> str:
     return f"NOT {found}" if flt.negated else found
 
 
-def names_sql(dimension: str) -> str:
-    """(value_hash, value) of ``dimension``'s values in the project: the names of the hashes."""
-    return (
-        f"SELECT value_hash, any(value) AS value FROM {{db}}.session_values "
-        f"WHERE project_id = {{p:String}} AND dimension = '{NUMBERS[dimension][1]}' "
-        "GROUP BY value_hash"
-    )
+def named_rows(rows: str, dimension: str) -> str:
+    """Breakdown rows (value, visitors, pageviews, events) in the contract's order, from ``rows``
+    by value hash (h, visitors, pageviews, events; ``h`` not a no-value hash): the top
+    ``limit`` by visitors and pageviews and every row tied with the last of them, named from
+    ``session_values``, then ordered with the names."""
+    return f"""
+        SELECT value, visitors, pageviews, events
+        FROM ({rows} ORDER BY visitors DESC, pageviews DESC LIMIT {{limit:UInt32}} WITH TIES)
+             AS top
+        INNER JOIN (SELECT value_hash, any(value) AS value FROM {{db}}.session_values
+                    WHERE project_id = {{p:String}} AND dimension = '{NUMBERS[dimension][1]}'
+                    GROUP BY value_hash) AS named ON named.value_hash = top.h
+        ORDER BY visitors DESC, pageviews DESC, value ASC LIMIT {{limit:UInt32}}"""
