@@ -11,6 +11,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -320,21 +321,33 @@ def test_a_session_filtered_dashboard_is_the_same_either_way(client, site):
         assert "sessions_quarter" in fast["days"] and fast["days"] != slow["days"]
 
 
+@contextmanager
+def upgraded_halfway(chdb_path, version: int, seed: int) -> Iterator[tuple]:
+    """A database as the Tally before schema ``version`` left it, holding half of a tenant's
+    traffic (``seed``), then migrated (what ``migrate`` applied), then the other half written
+    through the views: (storage, project, now, events, applied)."""
+    storage = Storage(parse_url(f"chdb://{chdb_path}?database=u_{uuid.uuid4().hex[:10]}"), 4)
+    try:
+        migrate_before(storage, version)
+        now = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2)
+        project = "c" * 24
+        events = traffic(now, seed=seed)
+        before = sent(events)
+        _insert(storage, project, before[: len(before) // 2])
+        applied = migrate(storage)
+        _insert(storage, project, before[len(before) // 2 :])
+        yield storage, project, now, events, applied
+    finally:
+        storage.close()
+
+
 def test_upgrade_to_011_reads_the_visitor_lists_of_rows_written_before(chdb_path):
     """Schema 011's ``visitor_list`` of rows stored by 010 comes from their ``visitors`` state
     (the column's DEFAULT), before and after the operator's MATERIALIZE COLUMN, and rows written
     after the upgrade carry it too: every session breakdown stays the raw table's answer."""
-    storage = Storage(parse_url(f"chdb://{chdb_path}?database=y_{uuid.uuid4().hex[:10]}"), 4)
-    db = storage.database
-    try:
-        migrate_before(storage, 11)
-        now = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2)
-        project = "c" * 24
-        events = traffic(now, seed=33)
-        before = sent(events)
-        _insert(storage, project, before[: len(before) // 2])  # written by schema 010
-        assert migrate(storage)[0] == "011_session_visitor_list"
-        _insert(storage, project, before[len(before) // 2 :])  # through the view, after it
+    with upgraded_halfway(chdb_path, 11, seed=33) as (storage, project, now, events, applied):
+        db = storage.database
+        assert applied[0] == "011_session_visitor_list"
 
         def check() -> None:
             for by in SESSION_DIMS[::3]:
@@ -354,8 +367,6 @@ def test_upgrade_to_011_reads_the_visitor_lists_of_rows_written_before(chdb_path
             f" FROM {db}.sessions_quarter"
         )
         assert differ == [(0,)]
-    finally:
-        storage.close()
 
 
 def test_upgrade_to_012_numbers_the_first_values_of_rows_written_before(chdb_path):
@@ -363,17 +374,9 @@ def test_upgrade_to_012_numbers_the_first_values_of_rows_written_before(chdb_pat
     its backfill (run again: the same answers), rows written after it get them from the view, and
     every session breakdown, a short one with its ties included, stays the raw table's answer and
     the reference model's."""
-    storage = Storage(parse_url(f"chdb://{chdb_path}?database=w_{uuid.uuid4().hex[:10]}"), 4)
-    db = storage.database
-    try:
-        migrate_before(storage, 12)
-        now = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2)
-        project = "d" * 24
-        events = traffic(now, seed=35)
-        before = sent(events)
-        _insert(storage, project, before[: len(before) // 2])  # written by schema 011
-        assert migrate(storage) == ["012_session_first_values"]
-        _insert(storage, project, before[len(before) // 2 :])  # through the views, after it
+    with upgraded_halfway(chdb_path, 12, seed=35) as (storage, project, now, events, applied):
+        db = storage.database
+        assert applied == ["012_session_first_values"]
 
         def check() -> None:
             for by in SESSION_DIMS:
@@ -404,8 +407,6 @@ def test_upgrade_to_012_numbers_the_first_values_of_rows_written_before(chdb_pat
             if statement.lstrip().startswith("INSERT INTO"):
                 storage.command(statement)
         check()
-    finally:
-        storage.close()
 
 
 def test_events_sent_together_keep_their_order_at_the_same_millisecond(chdb_path):
