@@ -235,11 +235,18 @@ def breakdown_sql(query: Query, rollup: bool = True) -> str:
             FROM {kept} WHERE value != ''
             GROUP BY value {ORDER}"""
     if rollup:
-        # Each kept event under its session's value hash (schema 012), named for the rows
-        # returned (query/firsts.py).
+        # The kept events counted per session first (their visitors as a set), then each
+        # session under its value hash (schema 012), named for the rows returned
+        # (query/firsts.py). Joining the sessions to the kept sessions rather than to each kept
+        # event is a third faster under a filter that keeps millions of events.
         sessions = sessions_sql(query, f"{hash_of(dim.name)} AS h")
+        per_session = f"""
+            SELECT skey, groupUniqArrayIf(visitor_hash, visitor_hash != 0) AS vs,
+                   countIf(name = 'pageview') AS pv, count() AS n
+            FROM {kept} GROUP BY skey"""
         rows = f"""
-            SELECT h, {counts} FROM {kept} AS k INNER JOIN ({sessions}) AS s ON k.skey = s.skey
+            SELECT h, uniqExactArray(vs) AS visitors, sum(pv) AS pageviews, sum(n) AS events
+            FROM ({sessions}) AS s INNER JOIN ({per_session}) AS k ON k.skey = s.skey
             WHERE h NOT IN {NO_VALUE} GROUP BY h"""
         return named_rows(rows, dim.name)
     value = {"value": (dim.column, dim.session_value or "first_event")}

@@ -65,33 +65,63 @@ _EXPRESSIONS = {
 }
 
 
+def _codes(columns: tuple[str, ...], of: tuple[str, ...]) -> int:
+    """``grouping(*of)`` of the rows of the set keyed by ``columns`` (a bit is 1 for each
+    column aggregated over, the first argument's the highest)."""
+    n = len(of)
+    return sum(1 << (n - 1 - i) for i, column in enumerate(of) if column not in columns)
+
+
+def _counted(kept: str, keys: tuple[str, ...]) -> str:
+    """The rows (g, KEYS..., c, pv, v) of the sets keyed by each of ``keys`` alone, counting
+    events and pageviews (``v`` 0: a top list counts events only)."""
+    own = f"transform(grouping({', '.join(keys)}), {[_codes((k,), keys) for k in keys]}, "
+    own += f"{[_set(k) for k in keys]}, 0)"
+    columns = ", ".join(k if k in keys else f"'' AS {k}" for k in KEYS)
+    return f"""
+        SELECT {own} AS g, {columns}, count() AS c, countIf(event_name = 'pageview') AS pv,
+               toUInt64(0) AS v
+        FROM ({kept}) GROUP BY GROUPING SETS ({", ".join(f"({k})" for k in keys)})"""
+
+
+def _counted_with_visitors(kept: str) -> str:
+    """The rows (g, KEYS..., c, pv, v) of every set of :data:`KEYS` and of the whole window, with
+    the distinct visitors of the days and of the window. These are counted from a set keyed by
+    day and visitor rather than by a ``uniqExact`` in every set: one hash insert per kept event,
+    not one per set (a third faster under a filter that keeps millions of events)."""
+    inner = (*KEYS, "vh")
+    by_day = _codes(("d", "vh"), inner)
+    others = [k for k in KEYS if k != "d"]
+    own = f"transform(g1, {[_codes((k,), inner) for k in others]}, {[_set(k) for k in others]}, 0)"
+    keys = ", ".join(KEYS)
+    return f"""
+        SELECT multiIf(g1 = {by_day}, if(grouping(g1, {keys}) = 0, {DAYS}, {WINDOW}), {own}) AS g,
+               {keys}, sum(c1) AS c, sum(pv1) AS pv, uniqExactIf(vh, vh != 0) AS v
+        FROM (SELECT grouping({", ".join(inner)}) AS g1, {keys}, vh,
+                     count() AS c1, countIf(event_name = 'pageview') AS pv1
+              FROM ({kept})
+              GROUP BY GROUPING SETS ((d, vh), {", ".join(f"({k})" for k in others)}))
+        GROUP BY GROUPING SETS ((g1, {keys}), (g1))
+        HAVING grouping(g1, {keys}) = 0 OR g1 = {by_day}"""
+
+
 def facts_sql(query: Query, rollup: bool = True, keys: tuple[str, ...] = KEYS) -> str:
     """The facts rows (g, d, h, name, pth, ref, br, dev, c, pv, v) of the grouping sets keyed by
     each of ``keys`` alone, and of the whole window when ``keys`` are all of :data:`KEYS`
     (else ``v``, the distinct visitors, is 0: a top list counts events only)."""
     session, events = kept_conditions(query, rollup)
-    everything = keys == KEYS
-    sets = ", ".join(f"({k})" for k in keys) + (", ()" if everything else "")
-    own = f"grouping({', '.join(keys)})"
-    if not everything:  # the sets' own grouping codes, as the codes of KEYS
-        n = len(keys)
-        mine = [(1 << n) - 1 - (1 << (n - 1 - i)) for i in range(n)]
-        own = f"transform({own}, {mine}, {[_set(k) for k in keys]}, 0)"
-    columns = ", ".join(k if k in keys else f"'' AS {k}" for k in KEYS)
-    inner = ", ".join(f"{_EXPRESSIONS[k]} AS {k}" for k in keys)
-    visitors = "uniqExactIf(visitor_hash, visitor_hash != 0)" if everything else "toUInt64(0)"
+    columns = ", ".join(f"{_EXPRESSIONS[k]} AS {k}" for k in keys)
+    kept = (
+        f"SELECT {columns}, name AS event_name, visitor_hash AS vh "
+        f"FROM ({base_sql(query)}) WHERE {session} AND {events}"
+    )
+    counted = _counted_with_visitors(kept) if keys == KEYS else _counted(kept, keys)
     key = "multiIf(" + ", ".join(f"g = {g}, {c}" for g, c in LISTS.items()) + ", '')"
     return f"""
         SELECT g, {", ".join(KEYS)}, c, pv, v FROM (
             SELECT g, {", ".join(KEYS)}, c, pv, v,
                    row_number() OVER (PARTITION BY g ORDER BY c DESC, {key} ASC) AS rank
-            FROM (
-                SELECT {own} AS g, {columns}, count() AS c,
-                       countIf(event_name = 'pageview') AS pv, {visitors} AS v
-                FROM (
-                    SELECT {inner}, name AS event_name, visitor_hash
-                    FROM ({base_sql(query)}) WHERE {session} AND {events})
-                GROUP BY GROUPING SETS ({sets})))
+            FROM ({counted}))
         WHERE g IN ({DAYS}, {HOURS}, {WINDOW})
            OR (g IN ({PATHS}, {REFERRERS}) AND {key} != '' AND rank <= {LIST_LIMIT + 1})
            OR (g NOT IN ({PATHS}, {REFERRERS}) AND rank <= {LIST_LIMIT})"""
