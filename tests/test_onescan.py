@@ -49,7 +49,8 @@ def _queries(project_id, now, raw: list) -> list[Query]:
     filters = parse_filters(json.dumps(raw))
     today = now.date()
     return [
-        Query(project_id, 7, now, filters=filters),
+        # Ten days: the whole traffic, with its session_end events without a session id.
+        Query(project_id, 10, now, filters=filters),
         Query(project_id, 7, now, tz="Asia/Kathmandu", filters=filters, exclude_bots=False),
         Query(
             project_id,

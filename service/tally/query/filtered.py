@@ -26,10 +26,11 @@ from typing import Any
 
 from ..domain.filters import DIMENSIONS, Filter, event_filters, session_filters
 from ..domain.metrics import LIST_LIMIT, LIVE_WINDOW, RECENT_LIMIT
+from .decider import decide
 from .firsts import NO_VALUE, hash_of, hit, named_rows
 from .firsts import match as number_match
 from .model import Query
-from .sql import bots
+from .sql import DAY_RANGE, EDGE, bots
 
 RANGE = (
     "project_id = {p:String} AND occurred_at >= {t0:DateTime64(3, 'UTC')}"
@@ -173,6 +174,57 @@ def rollup_session_metrics_sql(query: Query, having: str = "1", keys: str = "1")
               GROUP BY session_key, sessioned HAVING {having})"""
 
 
+def daily_session_metrics_sql(query: Query, keys: str, events: str) -> str:
+    """:func:`session_metrics_sql`'s row under event filters only (``events``, a condition on
+    an event's columns) for the sessions whose ``session_key`` is among ``keys`` (a subquery:
+    the kept events' keys), from ``sessions_daily``: each session's rows of the window's whole
+    UTC days, and the raw events of a partial first or last UTC day (query/decider.py), merged by
+    ``session_hash`` (``session_key`` of an event with a session id). An event without one is a
+    session of its own, kept when it passes ``events``; only its session_end counts, read from
+    the raw window (``name`` first: few rows). A session's days are
+    fewer and narrower rows than its 15-minute buckets, and only the kept sessions' are
+    grouped: the same numbers as :func:`rollup_session_metrics_sql`, faster under a filter that
+    keeps millions of events."""
+    plan = decide(query)
+    b = bots(query)
+    stated = "name = 'session_end' AND duration_ms IS NOT NULL"
+    unstated = "name = 'session_end' AND duration_ms IS NULL"
+    # The whole days' rows of the kept sessions (``kept`` 1), and every sessioned event of the
+    # raw edges, ``kept`` when it passes the filters itself: a session is kept when one of its
+    # rows is (a kept session's days all pass the semi-join, whichever event kept it). The set
+    # of keys is built once, for the day rows; in the edge's too it would be built again.
+    rows = (
+        "SELECT session_hash, pageviews AS pv, first_at, ends, ends_stated, stated_ms, "
+        f"unstated_at_ms, 1 AS kept FROM {{db}}.sessions_daily WHERE {DAY_RANGE}{b} "
+        f"AND session_hash != 0 AND session_hash IN ({keys})"
+    )
+    if plan.uses_raw_edge:
+        rows += f"""
+            UNION ALL
+            SELECT session_key AS session_hash, toUInt64(name = 'pageview') AS pv,
+                   occurred_at AS first_at, toUInt64(name = 'session_end') AS ends,
+                   toUInt64({stated}) AS ends_stated,
+                   if({stated}, assumeNotNull(duration_ms), 0) AS stated_ms,
+                   if({unstated}, toUnixTimestamp64Milli(occurred_at), 0) AS unstated_at_ms,
+                   toUInt8({events}) AS kept
+            FROM {{db}}.events WHERE {EDGE}{b} AND session_id != ''"""
+    return f"""
+        SELECT s.n, s.with_pv, s.bounced, s.ends + o.ends,
+               s.stated + o.stated + toFloat64(s.unstated)
+        FROM (SELECT count() AS n, countIf(pv >= 1) AS with_pv, countIf(pv = 1) AS bounced,
+                     sum(e) AS ends, sum(st) AS stated, sum(un) AS unstated
+              FROM (SELECT sum(pv) AS pv, sum(ends) AS e, sum(stated_ms) AS st,
+                           toInt128(sum(unstated_at_ms))
+                           - toInt128(sum(ends) - sum(ends_stated))
+                             * toInt128(toUnixTimestamp64Milli(min(first_at))) AS un
+                    FROM ({rows}) GROUP BY session_hash HAVING max(kept) = 1)) AS s
+        CROSS JOIN (SELECT count() AS ends,
+                           sumIf(assumeNotNull(duration_ms), duration_ms IS NOT NULL) AS stated
+                    FROM {{db}}.events
+                    WHERE {RANGE}{b} AND name = 'session_end' AND session_id = ''
+                      AND {events}) AS o"""
+
+
 def kept_sql(query: Query, rollup: bool = True) -> str:
     """The kept events (all columns and ``skey``). ``rollup``: session filters find their
     sessions in sessions_quarter (else by grouping the raw events: the same sessions)."""
@@ -259,6 +311,7 @@ def breakdown_sql(query: Query, rollup: bool = True) -> str:
 
 
 def parameters(query: Query) -> dict[str, Any]:
+    plan = decide(query)
     params: dict[str, Any] = {
         "p": query.project_id,
         "t0": query.start,
@@ -268,7 +321,11 @@ def parameters(query: Query) -> dict[str, Any]:
         "tz": query.tz,
         "live": query.now - LIVE_WINDOW,
         "limit": query.limit,
+        "d0": plan.first_utc_day,
+        "d1": plan.last_utc_day,
     }
+    if plan.uses_raw_edge:
+        params["e0"], params["e1"], params["e2"], params["e3"] = plan.edges()
     for i, flt in enumerate(query.filters):
         params[f"f{i}"] = list(flt.values)
     return params

@@ -8,10 +8,11 @@ again. Here the same answers come from three queries:
   local hour, the event name, the pageviews' path and referrer, browser, device type and the
   whole window; each row carries events, pageviews and distinct visitors (``uniqExact``). The
   top lists are cut to ``LIST_LIMIT`` in SQL by the same order as before.
-- *sessions*: the session metrics of the sessions with a kept event, each session's rows of
-  ``sessions_quarter`` merged (schema 012 keeps its session_end events there): kept by the
-  session filters on its value hashes, and under event filters by a semi-join on the kept
-  events' session keys. ``rollup=False`` groups the window's raw events by session instead
+- *sessions*: the session metrics of the sessions with a kept event, each session's rows
+  merged: of ``sessions_quarter`` (schema 012 keeps its session_end events there) kept by the
+  session filters on its value hashes; under event filters only, of ``sessions_daily`` (and the
+  raw edges) by a semi-join on the kept events' session keys; under both, of
+  ``sessions_quarter`` by that semi-join. ``rollup=False`` groups the window's raw events by session instead
   (the per-part path's query; the tests compare both).
 - *recent*, *live* and *bots* as before.
 
@@ -27,6 +28,7 @@ from . import audience
 from .filtered import (
     LOCAL,
     base_sql,
+    daily_session_metrics_sql,
     dashboard_sql,
     kept_conditions,
     rollup_session_metrics_sql,
@@ -133,11 +135,14 @@ def sessions_sql(query: Query, rollup: bool = True) -> str:
     session, events = kept_conditions(query, rollup)
     kept_keys = f"SELECT skey FROM ({base_sql(query)}) WHERE {session} AND {events}"
     if rollup:
-        # Each session's rows of sessions_quarter merged (schema 012): under session filters
-        # only, the filters on its merged values; under event filters, the sessions with a kept
-        # event (a semi-join on the kept events' keys).
+        # Each session's rows merged: under session filters only, its rows of sessions_quarter
+        # (schema 012) kept by the filters on its merged values; under event filters only, its
+        # days of sessions_daily when it has a kept event (a semi-join on the kept events'
+        # keys); under both, its rows of sessions_quarter by that semi-join.
         if events == "1":
             return rollup_session_metrics_sql(query, having=session_filters_having(query))
+        if session == "1":  # event filters only: the kept sessions' days (sessions_daily)
+            return daily_session_metrics_sql(query, kept_keys, events)
         return rollup_session_metrics_sql(query, keys=f"session_key IN ({kept_keys})")
     # Under event filters, only the sessions with a kept event are grouped (a semi-join on the
     # kept events' keys): grouping every session of the window and keeping those with a kept
