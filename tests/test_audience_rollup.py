@@ -8,18 +8,16 @@ before (once), and a deleted project's rows leave it."""
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from conftest import migrate_before
-from tally.domain.filters import DIMENSIONS, parse_filters
+from tally.domain.filters import DIMENSIONS
 from tally.query import Query
 from tally.query.breakdown import breakdown_parameters, breakdown_sql
 from tally.query.decider import AUDIENCE_COLUMNS, AUDIENCE_ROLLUP, breakdown_table
-from tally.storage.breakdown import fetch_breakdown
 from tally.storage.client import Storage, parse_url
 from tally.storage.migrate import migrate
 from tally.storage.purge import purge_project
@@ -30,8 +28,9 @@ from test_sessions_rollup import (
     _reference,
     _rows,
     each_operator,
-    range_queries,
+    ranges_equal,
     rollup_equals_raw,
+    served_as_reference,
     tenant_beside_another,
 )
 
@@ -65,28 +64,19 @@ def test_the_rollup_and_the_raw_table_give_the_same_rows(client, site):
 
 
 def test_ranges_zones_and_bots_the_same_either_way(client, site):
-    project_id, now, events = site
-    storage = client.app.state.storage
     zones = ("UTC", "Asia/Kathmandu", "Australia/Lord_Howe", "Pacific/Chatham")
-    for query in range_queries(project_id, now, zones, lambda bots: AUDIENCE):
-        got = _rollup(storage, query)
-        assert got == _raw(storage, query) == _reference(events, query, []), (query.tz, query)
+    ranges_equal(client, site, zones, lambda bots: AUDIENCE, _rollup)
 
 
 def test_the_served_breakdown_follows_the_decider(client, site):
     """fetch_breakdown reads the table the decider names and answers as the reference."""
-    project_id, now, events = site
-    storage = client.app.state.storage
-    for raw, by in (
+    cases = (
         ([["is", "country", ["DE"]]], "browser"),  # audience on audience: rollup
         ([], "deviceType"),
         ([["contains", "path", ["blog"]]], "country"),  # an event filter it lacks: raw
         ([["is_not", "channel", ["Direct"]]], "os"),  # a session filter: raw
-    ):
-        query = Query(project_id, 7, now, filters=parse_filters(json.dumps(raw)), dimension=by)
-        got = _rows(asyncio.run(fetch_breakdown(storage, query)))
-        assert got == _reference(events, query, raw), (raw, by)
-        assert got  # not vacuous
+    )
+    served_as_reference(client, site, cases)
 
 
 def test_upgrade_from_009_fills_the_rollup_once_and_purge_empties_it(chdb_path):
