@@ -16,7 +16,9 @@
   browser, os or deviceType, under filters on those four only), or the raw table is read
   (query/filtered.py).
   A filtered dashboard reads the raw table; session filters find their sessions in
-  ``sessions_quarter`` rather than grouping the window's raw events by session.
+  ``sessions_quarter`` rather than grouping the window's raw events by session, and under event
+  filters only the session metrics read the kept sessions' rows of ``sessions_daily`` (the
+  whole UTC days of the plan below, and the raw edges).
 - The latest events and live visitors are read from the raw table, as before.
 """
 

@@ -181,10 +181,9 @@ def daily_session_metrics_sql(query: Query, keys: str, events: str) -> str:
     UTC days, and the raw events of a partial first or last UTC day (query/decider.py), merged by
     ``session_hash`` (``session_key`` of an event with a session id). An event without one is a
     session of its own, kept when it passes ``events``; only its session_end counts, read from
-    the raw window (``name`` first: few rows). A session's days are
-    fewer and narrower rows than its 15-minute buckets, and only the kept sessions' are
-    grouped: the same numbers as :func:`rollup_session_metrics_sql`, faster under a filter that
-    keeps millions of events."""
+    the raw window (``name`` first: few rows). A session's days are fewer and narrower rows
+    than its 15-minute buckets, and only the kept sessions' are grouped: the same numbers as
+    :func:`rollup_session_metrics_sql`, faster under a filter that keeps millions of events."""
     plan = decide(query)
     b = bots(query)
     stated = "name = 'session_end' AND duration_ms IS NOT NULL"

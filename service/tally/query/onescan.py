@@ -6,14 +6,15 @@ again. Here the same answers come from three queries:
 
 - *facts*: one pass over the kept events, grouped by ``GROUPING SETS`` into the local day, the
   local hour, the event name, the pageviews' path and referrer, browser, device type and the
-  whole window; each row carries events, pageviews and distinct visitors (``uniqExact``). The
-  top lists are cut to ``LIST_LIMIT`` in SQL by the same order as before.
+  whole window; each row carries events and pageviews, and the days and the window their
+  distinct visitors, counted from a set keyed by day and visitor. The top lists are cut to
+  ``LIST_LIMIT`` in SQL by the same order as before.
 - *sessions*: the session metrics of the sessions with a kept event, each session's rows
   merged: of ``sessions_quarter`` (schema 012 keeps its session_end events there) kept by the
-  session filters on its value hashes; under event filters only, of ``sessions_daily`` (and the
-  raw edges) by a semi-join on the kept events' session keys; under both, of
-  ``sessions_quarter`` by that semi-join. ``rollup=False`` groups the window's raw events by session instead
-  (the per-part path's query; the tests compare both).
+  session filters on its value hashes; under event filters only, of ``sessions_daily`` (and
+  the raw edges) by a semi-join on the kept events' session keys; under both, of
+  ``sessions_quarter`` by that semi-join. ``rollup=False`` groups the window's raw events by
+  session instead (the per-part path's query; the tests compare both).
 - *recent*, *live* and *bots* as before.
 
 :func:`split` turns the facts rows into the rows ``filtered.dashboard_sql``'s queries return, so
