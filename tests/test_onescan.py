@@ -16,7 +16,9 @@ from datetime import timedelta
 import pytest
 
 from tally.domain.filters import DIMENSIONS, parse_filters
+from tally.domain.metrics import RECENT_LIMIT
 from tally.query import Query, filtered, onescan
+from tally.storage import dashboard
 from test_sessions_rollup import site  # noqa: F401  (the module's data, one tenant beside another)
 
 EVENT_DIMS = [name for name, d in DIMENSIONS.items() if not d.is_session]
@@ -98,3 +100,37 @@ def test_one_scan_gives_the_per_part_rows(client, site, rollup):  # noqa: F811
             kept_something += int(parts["visitors"][0][0] > 0)
     assert compared > 100 and kept_something > 10  # the data exercised the filters
     assert audience >= 15  # and audience_quarter's share of them
+
+
+def test_latest_events_under_session_filters_are_the_latest_kept(client, site):  # noqa: F811
+    """The latest events under session filters, looked for among the latest events first
+    (filtered.latest_kept_sql), are the ``recent`` rows of every kept event; when the
+    candidates hold fewer than RECENT_LIMIT kept events the runner reads them in full."""
+    project_id, now, events = site
+    storage = client.app.state.storage
+    narrowed = fell_back = 0
+    session_sets = [
+        raw for raw in _filter_sets(events) if any(DIMENSIONS[f[1]].is_session for f in raw)
+    ]
+    session_sets.append([["is_not", "source", ["Google"]], ["contains", "path", ["/"]]])
+    assert len(session_sets) >= 3
+    for raw in session_sets:
+        for query in _queries(project_id, now, raw):
+            params = filtered.parameters(query)
+            full = _run(storage, filtered.dashboard_sql(query)["recent"], params)
+            recent = filtered.dashboard_sql(query)["recent"].replace("{db}", storage.database)
+            for candidates in (1, 25, 120, len(events), filtered.RECENT_CANDIDATES):
+                fast = _run(storage, filtered.latest_kept_sql(query, candidates), params)
+                if len(fast) == RECENT_LIMIT:
+                    assert fast == full, (raw, query.tz, candidates)
+                    narrowed += 1
+                else:
+                    assert len(fast) < RECENT_LIMIT
+                    fell_back += 1
+                served = asyncio.run(
+                    dashboard.latest_events(storage, query, params, recent, candidates)
+                )
+                assert served == full, (raw, query.tz, candidates)
+    assert narrowed > 5 and fell_back > 5  # both ways were taken
+    # Without session filters the recent query is already narrow: nothing to look up.
+    assert filtered.latest_kept_sql(_queries(project_id, now, [["is", "path", ["/"]]])[0]) is None

@@ -48,6 +48,9 @@ SESSION_VALUE = {
 }
 ORDER = "ORDER BY visitors DESC, pageviews DESC, value ASC LIMIT {limit:UInt32}"
 LOCAL = "toTimeZone(occurred_at, {tz:String})"
+# Under session filters the latest kept events are looked for among this many latest events
+# (:func:`latest_kept_sql`).
+RECENT_CANDIDATES = 2000
 
 
 def session_value(f_column: str, pick: str) -> str:
@@ -269,6 +272,30 @@ def dashboard_sql(query: Query, rollup: bool = True) -> dict[str, str]:
             f"SELECT sum(events) FROM {{db}}.events_quarter WHERE {QUARTERS} AND is_bot = 1"
         )
     return out
+
+
+def latest_kept_sql(query: Query, candidates: int = RECENT_CANDIDATES) -> str | None:
+    """The latest events under session filters, read from the ``candidates`` latest events of
+    the window that pass the event filters rather than from every kept event: only those
+    events' sessions are looked up in sessions_quarter (their rows in the window merged and
+    matched as :func:`kept_conditions` does), not every session of the window. The kept events
+    are a subset of the candidates' kind, so when this returns ``RECENT_LIMIT`` rows they are
+    the latest kept events of the window; fewer, and the caller reads ``recent`` in full.
+    None without session filters (``recent`` is already a narrow read then)."""
+    if not session_filters(query.filters):
+        return None
+    _, events = kept_conditions(query)
+    latest = (
+        f"SELECT * FROM ({base_sql(query)}) WHERE {events} "
+        f"ORDER BY occurred_at DESC LIMIT {int(candidates)}"
+    )
+    return f"""
+        SELECT toString(event_id), name, path, visitor_id, occurred_at FROM ({latest})
+        WHERE skey IN (SELECT session_key FROM {{db}}.sessions_quarter
+                       WHERE {QUARTERS}{bots(query)}
+                         AND session_key IN (SELECT skey FROM ({latest}))
+                       GROUP BY session_key, sessioned HAVING {session_filters_having(query)})
+        ORDER BY occurred_at DESC LIMIT {RECENT_LIMIT}"""
 
 
 def breakdown_sql(query: Query, rollup: bool = True) -> str:

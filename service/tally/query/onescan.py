@@ -15,7 +15,8 @@ again. Here the same answers come from three queries:
   the raw edges) by a semi-join on the kept events' session keys; under both, of
   ``sessions_quarter`` by that semi-join. ``rollup=False`` groups the window's raw events by
   session instead (the per-part path's query; the tests compare both).
-- *recent*, *live* and *bots* as before.
+- *recent*, *live* and *bots* as before. Under session filters the runner first looks for the
+  latest kept events among the window's latest events (``filtered.latest_kept_sql``).
 
 :func:`split` turns the facts rows into the rows ``filtered.dashboard_sql``'s queries return, so
 that the runner and the tests (which compare both ways over the same data) see one shape."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
-from ..domain.metrics import LIST_LIMIT
+from ..domain.metrics import LIST_LIMIT, RECENT_LIMIT
 from ..query import Query, decide, filtered, onescan
 from ..query.sql import PER_DAY, PER_HOUR, PER_NAME, dashboard_sql, parameters
 from .client import Storage
@@ -147,10 +147,33 @@ async def fetch_raw(storage: Storage, query: Query) -> DashboardRows:
         name: sql.replace("{db}", storage.database)
         for name, sql in onescan.onescan_sql(query).items()
     }
-    results = await asyncio.gather(*(storage.aquery(sql, params) for sql in queries.values()))
-    found = dict(zip(queries, results, strict=True))
+    recent = queries.pop("recent")
+    results = await asyncio.gather(
+        latest_events(storage, query, params, recent),
+        *(storage.aquery(sql, params) for sql in queries.values()),
+    )
+    found = dict(zip(("recent", *queries), results, strict=True))
     facts = found.pop("facts") + found.pop("facts_audience", [])
     return _raw_rows({**onescan.split(facts), **found})
+
+
+async def latest_events(
+    storage: Storage,
+    query: Query,
+    params: dict[str, Any],
+    recent: str,
+    candidates: int = filtered.RECENT_CANDIDATES,
+) -> Rows:
+    """The filtered dashboard's latest events: under session filters first among the
+    ``candidates`` latest events (``filtered.latest_kept_sql``, a sixth of the time of a full
+    read on a 10M-event tenant), and by ``recent`` (SQL, the kept events in full) when those
+    hold fewer than RECENT_LIMIT kept events."""
+    latest = filtered.latest_kept_sql(query, candidates)
+    if latest is not None:
+        rows = await storage.aquery(latest.replace("{db}", storage.database), params)
+        if len(rows) >= RECENT_LIMIT:
+            return rows
+    return await storage.aquery(recent, params)
 
 
 def _raw_rows(r: dict[str, Rows]) -> DashboardRows:
