@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
-from decimal import ROUND_HALF_UP, Decimal
+import sys
+from decimal import ROUND_HALF_UP, Context, Decimal, localcontext
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -63,8 +64,24 @@ def _top(counter: Counter[str], key: str, value: str) -> list[dict[str, Any]]:
     return [{key: k, value: v} for k, v in rows[:10]]
 
 
+# Every digit of any double and more (the default 28 digits cannot hold a duration of 1e29 ms).
+WIDE = Context(prec=400, rounding=ROUND_HALF_UP)
+# A total past the largest double counts as that double (CONTRACT.md leaves it open; the README
+# says so).
+LARGEST = Decimal(sys.float_info.max)
+
+
 def _half_up(value: Decimal, places: int) -> Decimal:
-    return value.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
+    with localcontext(WIDE):
+        return value.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
+
+
+def mean_ms(durations: list[Decimal]) -> int:
+    """The mean of ``durations`` in whole milliseconds, half up; 0 for none."""
+    if not durations:
+        return 0
+    with localcontext(WIDE):
+        return int(_half_up(min(sum(durations, Decimal(0)), LARGEST) / len(durations), 0))
 
 
 def dashboard(
@@ -130,7 +147,7 @@ def dashboard(
             durations.append(Decimal(delta // timedelta(milliseconds=1)))
         else:
             durations.append(Decimal(0))
-    avg = int(_half_up(sum(durations, Decimal(0)) / len(durations), 0)) if durations else 0
+    avg = mean_ms(durations)
 
     hours: Counter[int] = Counter(local(e).hour for e in inside)
     recent = sorted(inside, key=lambda e: e.occurred_at, reverse=True)[:20]

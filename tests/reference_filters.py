@@ -44,9 +44,11 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_HALF_UP, Decimal, localcontext
 from typing import Any
 from zoneinfo import ZoneInfo
+
+from reference import LARGEST, WIDE, mean_ms
 
 SESSION_DIMENSIONS = {
     "source": "source",
@@ -100,7 +102,8 @@ Flt = tuple[str, str, Sequence[str]]  # (operator, dimension, values), as the AP
 
 
 def half_up(value: Decimal, places: int) -> Decimal:
-    return value.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
+    with localcontext(WIDE):
+        return value.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
 
 
 def bounds(zone: ZoneInfo, first_day: date, last_day: date) -> tuple[datetime, datetime]:
@@ -218,9 +221,7 @@ def avg_duration_ms(selection: Selection) -> int:
                 )
             else:
                 durations.append(Decimal(0))
-    if not durations:
-        return 0
-    return int(half_up(sum(durations, Decimal(0)) / len(durations), 0))
+    return mean_ms(durations)
 
 
 def summary(selection: Selection) -> dict[str, Any]:
@@ -353,9 +354,9 @@ def breakdown(
 def change(now: float, before: float) -> float | None:
     if before == 0:
         return None
-    return float(
-        half_up((Decimal(str(now)) - Decimal(str(before))) * 100 / Decimal(str(before)), 1)
-    )
+    with localcontext(WIDE):
+        value = (Decimal(str(now)) - Decimal(str(before))) * 100 / Decimal(str(before))
+        return float(half_up(max(-LARGEST, min(value, LARGEST)), 1))
 
 
 def compared(current: dict[str, Any], previous: dict[str, Any]) -> dict[str, float | None]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import re
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -334,3 +335,48 @@ def test_session_end_sums_come_from_the_projection_and_stay_exact_across_merges(
     assert sums(1) == sums(0)
     for days in (1, 7, 90):
         assert without_ids(fetch(client, project_id, days)) == dashboard(events, now, days)
+
+
+def test_durations_no_clock_gives_still_answer_exactly(client, now):
+    """A visitor can send any double as a session_end's durationMs. 1e29 ms has 30 digits (more
+    than decimal's default context holds) and two of 1.797e308 ms sum past the largest double:
+    the dashboard, its filtered and compared forms and the v2 query answer 200 with the
+    reference model's numbers, never a 500."""
+    project_id, key = new_project(client)
+    today = midnight(now)
+    events = []
+    for i, (day, duration) in enumerate(((1, 1e29), (0, 1.797e308), (0, 1.797e308), (0, 2.5))):
+        at = today - timedelta(days=day) + timedelta(minutes=i + 1)
+        sid = f"s{i}"
+        events.append(Sent("pageview", at, "/a", session_id=sid, visitor_id=sid))
+        events.append(
+            Sent(
+                "session_end",
+                at + timedelta(seconds=1),
+                "/a",
+                session_id=sid,
+                visitor_id=sid,
+                metadata={"durationMs": duration},
+            )
+        )
+    send(client, key, events)
+    for days in (1, 2):
+        want = dashboard(events, now, days)["summary"]["avgSessionDurationMs"]
+        assert fetch(client, project_id, days)["summary"]["avgSessionDurationMs"] == want
+    assert fetch(client, project_id, 2)["summary"]["avgSessionDurationMs"] > 10**300
+    assert fetch(client, project_id, 1)["summary"]["avgSessionDurationMs"] == (
+        (2 * int(sys.float_info.max) + 3) // 6  # the sum saturates; a third of it, half up
+    )
+    base = f"/api/dashboard?projectId={project_id}&days=1"
+    for extra in ("&compare=previous_period", '&filters=[["is","path",["/a"]]]'):
+        response = client.get(base + extra, headers=auth("alice"))
+        assert response.status_code == 200, (extra, response.text)
+    compared = client.get(base + "&compare=previous_period", headers=auth("alice")).json()
+    # 1e29 the day before, ~6e307 today: a change of ~6e280 percent, a number.
+    assert compared["comparison"]["change"]["avgSessionDurationMs"] > 10**280
+    days = [(now - timedelta(days=1)).date().isoformat(), now.date().isoformat()]
+    body = {"site_id": project_id, "metrics": ["visit_duration", "events"], "date_range": days}
+    response = client.post("/api/v2/query", json=body, headers=auth("alice"))
+    assert response.status_code == 200, response.text
+    want = dashboard(events, now, 2)["summary"]["avgSessionDurationMs"]
+    assert response.json()["results"][0]["metrics"] == [want, len(events)]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_HALF_UP, Context, Decimal, localcontext
 
 MAX_DAYS = 90  # the longest dashboard window
 LIST_LIMIT = 10  # rows in each top list
@@ -35,9 +36,25 @@ class Window:
         return [self.first_day + timedelta(days=i) for i in range(self.days)]
 
 
+# Room for every digit of any double (the largest has 309 before the point) and the places
+# after it: decimal's default 28 digits fail on a session_end's durationMs of 1e29, which any
+# visitor can send.
+WIDE = Context(prec=400, rounding=ROUND_HALF_UP)
+LARGEST = Decimal(sys.float_info.max)  # the largest double, exactly
+
+
+def exact(value: float | int | Decimal) -> Decimal:
+    """``value`` as a Decimal (a double by its shortest repr, as the contract's examples read).
+    A sum of doubles past the largest double (infinity: stated durations of about 1e308 ms) counts
+    as the largest double."""
+    number = value if isinstance(value, Decimal) else Decimal(str(value))
+    return LARGEST.copy_sign(number) if number.is_infinite() else number
+
+
 def round_half_up(value: float | Decimal, places: int = 0) -> Decimal:
     quantum = Decimal(1).scaleb(-places)
-    return Decimal(str(value)).quantize(quantum, rounding=ROUND_HALF_UP)
+    with localcontext(WIDE):
+        return exact(value).quantize(quantum)
 
 
 def bounce_rate(bounced: int, sessions_with_pageviews: int) -> float:
@@ -51,4 +68,5 @@ def mean_ms(total: float, count: int) -> int:
     """Mean duration in whole milliseconds, half up; 0 when there is nothing to average."""
     if count <= 0:
         return 0
-    return int(round_half_up(Decimal(str(total)) / Decimal(count), 0))
+    with localcontext(WIDE):
+        return int(round_half_up(exact(total) / Decimal(count), 0))

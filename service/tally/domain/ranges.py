@@ -18,11 +18,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
-from decimal import Decimal
+from decimal import localcontext
 from typing import Literal
 from zoneinfo import ZoneInfo
 
-from .metrics import MAX_DAYS, round_half_up
+from .metrics import LARGEST, MAX_DAYS, WIDE, exact, round_half_up
 from .query_errors import InvalidQuery
 
 DEFAULT_DAYS = 14
@@ -194,5 +194,8 @@ def relative_change(current: float | int, previous: float | int) -> float | None
     """
     if previous == 0:
         return None
-    now, before = Decimal(str(current)), Decimal(str(previous))
-    return float(round_half_up((now - before) * 100 / before, CHANGE_PLACES))
+    with localcontext(WIDE):
+        now, before = exact(current), exact(previous)
+        change = (now - before) * 100 / before
+        # A change past the largest double (stated durations of about 1e308 ms) stays a number.
+        return float(round_half_up(max(-LARGEST, min(change, LARGEST)), CHANGE_PLACES))
