@@ -4,10 +4,10 @@ the events the test sent."""
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
-import sys
 from decimal import ROUND_HALF_UP, Context, Decimal, localcontext
 from typing import Any
 from zoneinfo import ZoneInfo

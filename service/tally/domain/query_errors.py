@@ -10,6 +10,9 @@ from __future__ import annotations
 
 INVALID_QUERY = "Invalid query"
 INVALID_PAYLOAD = "Invalid payload"
+# JSON nested deeper than the decoder follows (about a thousand levels; no valid input nests
+# more than three).
+TOO_DEEP = "nests arrays or objects too deeply to be read"
 
 
 class InvalidQuery(ValueError):

@@ -34,7 +34,7 @@ from msgspec import Meta, Struct
 
 from .filters import DIMENSIONS, Dimension, Filters, validate_filters
 from .ids import OBJECT_ID_PATTERN
-from .query_errors import INVALID_PAYLOAD, InvalidQuery
+from .query_errors import INVALID_PAYLOAD, TOO_DEEP, InvalidQuery
 from .ranges import MAX_RANGE_DAYS, DateRange, date_span, parse_date
 
 Metric = Literal["visitors", "visits", "pageviews", "events", "bounce_rate", "visit_duration"]
@@ -324,6 +324,8 @@ def parse_query(body: bytes) -> V2Query:
         raise _bad("$", f"must be a JSON object ({exc})") from None
     except UnicodeDecodeError:
         raise _bad("$", "must be UTF-8 text") from None
+    except RecursionError:
+        raise _bad("$", TOO_DEEP) from None
     return validate_query(decoded)
 
 

@@ -5,6 +5,7 @@ fields. No SQL here."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Annotated, Any
 
@@ -16,6 +17,7 @@ from msgspec import Struct, field
 from ..domain.filters import Filter, parse_filters
 from ..domain.ids import utcnow
 from ..domain.metrics import MAX_DAYS
+from ..domain.query_errors import InvalidQuery
 from ..domain.ranges import (
     DEFAULT_DAYS,
     Compare,
@@ -26,6 +28,7 @@ from ..domain.ranges import (
     relative_change,
 )
 from ..query import Query
+from ..query.breakdown import MAX_LIMIT
 from . import schemas as s
 from .access import asking_user, project_settings
 
@@ -71,6 +74,22 @@ CompareParam = Annotated[
 ]
 
 
+# The integer parameters, written in digits only: the parameter parser would also read 1e1 or
+# 2.0 as numbers, which the README calls not an integer.
+WHOLE_NUMBERS = {
+    "days": f"must be a whole number of days from 1 to {MAX_DAYS}",
+    "limit": f"must be a whole number of rows from 1 to {MAX_LIMIT}",
+}
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def _digits_only(request: Request[Any, Any, Any]) -> None:
+    for name, rule in WHOLE_NUMBERS.items():
+        raw = request.query_params.get(name)
+        if raw is not None and not _DIGITS.fullmatch(raw):
+            raise InvalidQuery(f"$.{name}", rule)
+
+
 async def asked_query(
     request: Request[Any, Any, Any],
     state: State,
@@ -91,6 +110,7 @@ async def asked_query(
     user = asking_user(request)
     against = parse_compare(compare)
     tz, exclude_bots = await project_settings(state, user, project_id)
+    _digits_only(request)
     spec = parse_range(days, from_, to)
     parsed = parse_filters(filters)
     if spec.first is not None and spec.last is not None:

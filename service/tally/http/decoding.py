@@ -24,6 +24,7 @@ from litestar.dto import AbstractDTO, DTOConfig, DTOFieldDefinition
 from litestar.exceptions import ValidationException
 from litestar.typing import FieldDefinition
 
+from ..domain.query_errors import TOO_DEEP
 from .messages import NOT_UTF8, plain
 from .schemas import CollectBody
 
@@ -113,6 +114,8 @@ def check_body(
         decoded = decoder.decode(value)
     except UnicodeDecodeError:
         raise _refuse("$", NOT_UTF8) from None
+    except RecursionError:  # only a body without a shape of its own (``Any``) gets this deep
+        raise _refuse("$", TOO_DEEP) from None
     except msgspec.ValidationError as exc:
         raise _invalid(str(exc)) from None
     except msgspec.DecodeError as exc:

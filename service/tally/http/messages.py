@@ -12,6 +12,7 @@ import re
 
 from ..domain.metrics import MAX_DAYS
 from ..domain.projects import NAME_RULE
+from ..query.breakdown import MAX_LIMIT
 
 ISO_EXAMPLE = "must be an ISO 8601 date-time, e.g. 2026-11-23T10:00:00Z"
 OBJECT_ID = "must be a 24-character id (lowercase hex digits)"
@@ -81,6 +82,8 @@ def plain(message: str, path: str, in_query: bool = False, in_key: bool = False)
     if in_query and (match := _QUERY_MISSING.match(message)):
         return f"$.{match['field']}", "is required"
     if _REGEX.match(message):
+        if field in ("from", "to"):
+            return path, "must be a date as YYYY-MM-DD"
         if field == "occurredAt":
             return path, ISO_EXAMPLE
         if field in ("projectId", "keyId"):
@@ -117,6 +120,8 @@ def plain(message: str, path: str, in_query: bool = False, in_key: bool = False)
     if match := _TYPE.match(message):
         if field == "days":
             return path, f"must be a whole number of days from 1 to {MAX_DAYS}"
+        if field == "limit" and path == "$.limit":
+            return path, f"must be a whole number of rows from 1 to {MAX_LIMIT}"
         if "metadata" in path and path.endswith("[...]"):
             return path, "metadata values must be strings, numbers, booleans or null"
         return path, f"must be {_type_words(match['want'])}, not {_type_words(match['got'])}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 from litestar import Request, post
 from litestar.datastructures import State
 from litestar.status_codes import HTTP_200_OK
@@ -16,6 +17,7 @@ from ..domain.stats_v2 import V2Meta, V2Response, V2Row, echo, parse_query
 from ..query import Query
 from ..storage.v2 import fetch_v2
 from .access import asking_user, project_route, project_settings
+from .decoding import check_body
 
 # The six metrics of a range with no (kept) events.
 NOTHING: dict[str, Any] = {
@@ -26,6 +28,9 @@ NOTHING: dict[str, Any] = {
     "bounce_rate": bounce_rate(0, 0),
     "visit_duration": mean_ms(0.0, 0),
 }
+
+# Any JSON value: the body checks of http/decoding.py before the query's own decoding.
+_JSON: msgspec.json.Decoder[object] = msgspec.json.Decoder()
 
 
 def _by(name: str, dimensions: tuple[str, ...]) -> Callable[[tuple[list[str], dict]], Any]:
@@ -47,7 +52,11 @@ def _by(name: str, dimensions: tuple[str, ...]) -> Callable[[tuple[list[str], di
 )
 async def v2_query(request: Request[Any, Any, Any], state: State) -> V2Response:
     user = asking_user(request)
-    v2 = parse_query(await request.body())
+    body = await request.body()
+    # The checks every JSON body gets (content type, byte order mark, UTF-8, duplicate keys,
+    # nesting), then the query's own shape.
+    check_body(_JSON, body, request.headers.get("content-type"))
+    v2 = parse_query(body)
     tz, exclude_bots = await project_settings(state, user, v2.project_id)
     now = utcnow()
     query = Query(v2.project_id, 1, now, tz=tz, exclude_bots=exclude_bots)
