@@ -117,6 +117,15 @@ def test_unknown_by_is_400_invalid_query_naming_by(client, user):
     body = response.json()
     assert body["error"] == "Invalid query"
     assert any("by" in d["path"] or "by" in d["message"] for d in body["details"]), body
+    # In plain words: the values it takes.
+    assert any(d["message"].startswith("must be one of path, ") for d in body["details"]), body
+    response = client.get(
+        f"/api/dashboard?projectId={project_id}&compare=previous_month", headers=auth(user)
+    )
+    assert response.status_code == 400
+    assert {"path": "$.compare", "message": "must be one of previous_period, previous_year"} in (
+        response.json()["details"]
+    ), response.text
 
 
 @pytest.mark.parametrize(

@@ -129,7 +129,8 @@ def test_duplicate_values_dropped_in_order() -> None:
 FILTER_ERRORS = [
     ("{", "$.filters", "must be a JSON array of filters; not valid JSON"),
     ("nope", "$.filters", "must be a JSON array of filters; not valid JSON"),
-    ('["\\ud800"]', "$.filters", "must be a JSON array of filters; not valid JSON"),
+    ('["\\ud800"]', "$.filters", "must be valid UTF-8 text (no lone surrogates)"),
+    ('[["is","path",["a\\udc00"]]]', "$.filters", "must be valid UTF-8 text (no lone surrogates)"),
     ('{"is":1}', "$.filters", "must be a JSON array of [operator, dimension, [values...]]"),
     ('"is"', "$.filters", "must be a JSON array of [operator, dimension, [values...]]"),
     ("[1]", "$.filters[0]", "must be an array of three: [operator, dimension, [values...]]"),

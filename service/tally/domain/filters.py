@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from .query_errors import TOO_DEEP, InvalidQuery
+from .query_errors import LONE_SURROGATE, NO_SURROGATES, TOO_DEEP, InvalidQuery
 
 MAX_FILTERS = 20
 MAX_VALUES = 100  # per filter; not in the issue, a bound on work per request (README)
@@ -128,10 +128,12 @@ def parse_filters(raw: str | None, *, path: str = "$.filters") -> Filters:
     try:
         value = msgspec.json.decode(raw.encode("utf-8"))
     except UnicodeEncodeError:
-        raise InvalidQuery(path, "must be valid UTF-8 text (no lone surrogates)") from None
+        raise InvalidQuery(path, NO_SURROGATES) from None
     except RecursionError:
         raise InvalidQuery(path, f"must be a JSON array of filters; it {TOO_DEEP}") from None
     except msgspec.DecodeError as exc:
+        if LONE_SURROGATE.search(raw.encode("utf-8")):  # an escape such as \ud800, alone
+            raise InvalidQuery(path, NO_SURROGATES) from None
         # msgspec refuses lone \ud800-style escapes as malformed JSON too.
         raise InvalidQuery(
             path, f"must be a JSON array of filters; not valid JSON ({exc})"

@@ -8,11 +8,19 @@ for a JSON body, as CONTRACT.md's error table says.
 
 from __future__ import annotations
 
+import re
+
 INVALID_QUERY = "Invalid query"
 INVALID_PAYLOAD = "Invalid payload"
 # JSON nested deeper than the decoder follows (about a thousand levels; no valid input nests
 # more than three).
 TOO_DEEP = "nests arrays or objects too deeply to be read"
+# A \u escape of a UTF-16 surrogate that is not part of a high+low pair (JSON text as bytes).
+LONE_SURROGATE = re.compile(
+    rb"(?<!\\)(?:\\\\)*\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
+    rb"|(?<!\\)(?:\\\\)*(?<![dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
+NO_SURROGATES = "must be valid UTF-8 text (no lone surrogates)"
 
 
 class InvalidQuery(ValueError):

@@ -16,7 +16,7 @@ number that means something else.
   Plausible's spellings of the same (``event:page``, ``visit:source``, ...).
 - ``filters``: as the ``filters`` parameter (``domain.filters``), Plausible spellings accepted.
 - ``order_by``: ``[[metric or dimension, "asc" | "desc"], ...]``, each a queried one.
-- ``pagination``: ``{limit 1-10000 (default 10000), offset >= 0 (default 0)}``.
+- ``pagination``: ``{limit 1-10000 (default 10000), offset 0-1000000 (default 0)}``.
 - ``include``: only with every option false/absent (none is supported).
 """
 
@@ -34,7 +34,7 @@ from msgspec import Meta, Struct
 
 from .filters import DIMENSIONS, Dimension, Filters, validate_filters
 from .ids import OBJECT_ID_PATTERN
-from .query_errors import INVALID_PAYLOAD, TOO_DEEP, InvalidQuery
+from .query_errors import INVALID_PAYLOAD, LONE_SURROGATE, NO_SURROGATES, TOO_DEEP, InvalidQuery
 from .ranges import MAX_RANGE_DAYS, DateRange, date_span, parse_date
 
 Metric = Literal["visitors", "visits", "pageviews", "events", "bounce_rate", "visit_duration"]
@@ -321,6 +321,8 @@ def parse_query(body: bytes) -> V2Query:
             raise _bad(f"{where}.{unknown[1]}", "is not supported") from None
         raise _bad(where, message) from None
     except msgspec.DecodeError as exc:
+        if LONE_SURROGATE.search(body):  # an escape such as \ud800, alone
+            raise _bad("$", NO_SURROGATES) from None
         raise _bad("$", f"must be a JSON object ({exc})") from None
     except UnicodeDecodeError:
         raise _bad("$", "must be UTF-8 text") from None

@@ -24,7 +24,7 @@ from litestar.dto import AbstractDTO, DTOConfig, DTOFieldDefinition
 from litestar.exceptions import ValidationException
 from litestar.typing import FieldDefinition
 
-from ..domain.query_errors import TOO_DEEP
+from ..domain.query_errors import LONE_SURROGATE, TOO_DEEP
 from .messages import NOT_UTF8, plain
 from .schemas import CollectBody
 
@@ -35,11 +35,6 @@ __all__ = ["StructDTO", "check_body"]
 # Media types a body may be declared as (the contract: JSON, and text/plain for beacons).
 JSON_TYPES = ("application/json", "text/plain")
 _BOM = b"\xef\xbb\xbf"
-# A \u escape of a UTF-16 surrogate that is not part of a high+low pair.
-_LONE_SURROGATE = re.compile(
-    rb"(?<!\\)(?:\\\\)*\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
-    rb"|(?<!\\)(?:\\\\)*(?<![dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
-)
 
 
 class StructDTO(AbstractDTO[T], Generic[T]):
@@ -123,7 +118,7 @@ def check_body(
             value.decode("utf-8")
         except UnicodeDecodeError:
             raise _refuse("$", NOT_UTF8) from None
-        if _LONE_SURROGATE.search(value):
+        if LONE_SURROGATE.search(value):
             words = f"{NOT_UTF8}: it contains a lone surrogate (\\ud800-\\udfff)"
             raise _refuse("$", words) from None
         raise _invalid(str(exc)) from None

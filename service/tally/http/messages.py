@@ -9,10 +9,12 @@ characters") and the path names the field itself (a missing or unknown field's o
 from __future__ import annotations
 
 import re
+from typing import get_args
 
 from ..domain.metrics import MAX_DAYS
 from ..domain.projects import NAME_RULE
-from ..query.breakdown import MAX_LIMIT
+from ..domain.ranges import Compare
+from ..query.breakdown import MAX_LIMIT, By
 
 ISO_EXAMPLE = "must be an ISO 8601 date-time, e.g. 2026-11-23T10:00:00Z"
 OBJECT_ID = "must be a 24-character id (lowercase hex digits)"
@@ -27,6 +29,11 @@ _LENGTH_RULES = {
     "sessionId": "must be at most 200 characters",
     "visitorId": "must be at most 200 characters",
     "label": "must be 1 to 60 characters",
+}
+# The values of the query parameters that take one of a list (Litestar checks them).
+ENUM_CHOICES: dict[str, tuple[str, ...]] = {
+    "by": get_args(By),
+    "compare": get_args(Compare),
 }
 # The project name (a top-level `name`) has a rule of its own.
 _PROJECT_NAME = NAME_RULE
@@ -46,6 +53,7 @@ _LENGTH = re.compile(r"^Expected `(?P<type>str|array|object)` of length (?P<op>[
 _BOUND = re.compile(r"^Expected `(?P<type>int|float)` (?P<op>[<>]=?) (?P<n>-?[\d.]+)$")
 _REGEX = re.compile(r"^Expected `str` matching regex ")
 _TYPE = re.compile(r"^Expected `(?P<want>[^`]*)`, got `(?P<got>[^`]*)`$")
+_ENUM = re.compile(r"^Invalid enum value '(?P<value>.*)'$", re.DOTALL)
 _QUERY_MISSING = re.compile(r"^Missing required (?:query )?parameter '?(?P<field>[^' ]+)'?")
 
 
@@ -125,6 +133,11 @@ def plain(message: str, path: str, in_query: bool = False, in_key: bool = False)
         if "metadata" in path and path.endswith("[...]"):
             return path, "metadata values must be strings, numbers, booleans or null"
         return path, f"must be {_type_words(match['want'])}, not {_type_words(match['got'])}"
+    if _ENUM.match(message):
+        choices = ENUM_CHOICES.get(field)
+        if choices:
+            return path, f"must be one of {', '.join(choices)}"
+        return path, "is not one of the values this parameter takes"
     if message.startswith("Expected `"):
         return path, message  # a rule msgspec states that has no wording here yet
     if message.startswith("JSON is malformed"):
