@@ -38,6 +38,42 @@ def test_migrations_apply_in_order_and_twice_change_nothing(chdb_path):
         storage.close()
 
 
+def row_counts(storage: Storage) -> dict[str, int]:
+    """Rows stored per table, merged or not (every part's rows)."""
+    return dict(
+        storage.query(
+            "SELECT table, sum(rows) FROM system.parts WHERE database = {db:String} AND active "
+            "AND table != 'schema_migrations' GROUP BY table",
+            {"db": storage.database},
+        )
+    )
+
+
+def test_applied_backfills_do_not_run_again_at_the_next_start(chdb_path):
+    """``tally serve`` migrates at every start: a migration already recorded applies its DDL again
+    but not its backfills (INSERT ... SELECT over the stored events), which would re-read every
+    event and, for schema 012's, store a second copy of its sessions_quarter rows."""
+    from tally.storage.writer import events_inserter
+    from test_writer import event_row
+
+    target = parse_url(f"chdb://{chdb_path}?database=b_{uuid.uuid4().hex[:10]}")
+    storage = Storage(target, pool_size=1)
+    try:
+        migrate(storage)
+        insert = events_inserter(storage)
+        rows = [
+            event_row("d" * 24, "pageview", f"/p{i % 7}", session=f"s{i % 11}", visitor=f"v{i}")
+            for i in range(60)
+        ]
+        insert(rows, uuid.uuid4().hex)
+        stored = row_counts(storage)
+        assert stored["sessions_quarter"] > 0 and stored["session_values"] > 0
+        assert migrate(storage) == []
+        assert row_counts(storage) == stored
+    finally:
+        storage.close()
+
+
 def test_schema_ships_with_the_package():
     folder = schema_dir()
     assert (folder / "001_events.sql").is_file()
