@@ -152,14 +152,16 @@ QUERY_ENDPOINTS = [
 
 
 # Where a hostile query is not a 400: parameters an endpoint does not read are ignored, and on
-# collect an ``apiKey`` that is well-formed text but no key is a 401.
+# collect an ``apiKey`` that is no key is a 401 ``Invalid API key`` (the seed's answer for an
+# invalid key), whatever its bytes: not UTF-8 or holding a NUL, it is no key either.
 NOT_READ = {"a 10,000-digit number", "a negative number", "too long", "byte order mark"}
+NOT_A_KEY = {"invalid UTF-8", "UTF-8 encoded surrogate", "NUL"}
 
 
 def expected(method: str, path: str, case: str) -> int:
     if path in ("/api/projects", "/api/health") and case in NOT_READ:
         return 200
-    if path == "/api/collect" and case in NOT_READ:
+    if path == "/api/collect" and case in NOT_READ | NOT_A_KEY:
         return 401
     if path == "/api/projects/keys" and case in ("a 10,000-digit number", "a negative number"):
         # `days` is not read there: the keys are listed, the (made-up) key id is not found.
@@ -184,6 +186,8 @@ def test_every_hostile_query_is_a_400_on_every_endpoint(client, owned, method, p
         assert response.status_code < 500, (case, response.text)
         want = expected(method, path, case)
         assert response.status_code == want, (case, method, path, response.text)
+        if want == 401 and path == "/api/collect":
+            assert response.json() == {"error": "Invalid API key"}, (case, response.text)
         if want == 400:
             payload = response.json()
             assert payload["error"] == "Invalid query", (case, payload)

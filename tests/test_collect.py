@@ -211,6 +211,57 @@ def test_occurred_at_milliseconds_are_stored_exactly(client, project):
     assert sorted(m for (m,) in millis) == sorted(expected)
 
 
+def test_rfc_3339_forms_of_occurred_at_are_read_to_the_millisecond(client, project):
+    """What Go's RFC3339Nano, Java's Instant and RFC 3339 itself write is accepted (a batch with
+    one of them was refused whole): nine fractional digits cut to the millisecond, ``t`` and ``z``
+    in lower case, a leap second as the last millisecond of its minute. Before 1970 says so."""
+    project_id, key = project
+    sent = {
+        "2026-11-24T10:00:00.123456789Z": "2026-11-24T10:00:00.123Z",
+        "2026-11-24T10:00:00.1234567+01:00": "2026-11-24T09:00:00.123Z",
+        "2026-11-24t10:00:00z": "2026-11-24T10:00:00.000Z",
+        "2016-12-31T23:59:60Z": "2016-12-31T23:59:59.999Z",
+        "2016-12-31 23:59:60.5Z": "2016-12-31T23:59:59.999Z",
+    }
+    response = post(client, key, {"events": [{"name": "t", "occurredAt": t} for t in sent]})
+    assert response.status_code == 202, response.text
+    millis = stored(
+        client,
+        "SELECT toUnixTimestamp64Milli(occurred_at) FROM {db}.events WHERE project_id = {p:String}",
+        p=project_id,
+    )
+    expected = [round(datetime.fromisoformat(t).timestamp() * 1000) for t in sent.values()]
+    assert sorted(m for (m,) in millis) == sorted(expected)
+    for before in ("1969-12-31T23:59:59Z", "0001-01-01T00:00:00Z"):
+        response = post(client, key, {"events": [{"name": "t", "occurredAt": before}]})
+        assert response.status_code == 400
+        assert response.json()["details"][0]["message"] == (
+            "must not be before 1970-01-01T00:00:00Z"
+        ), before
+    for wrong in ("2026-11-24T10:00:61Z", "2026-11-24T10:00:00.1234567890Z", "2026-02-30"):
+        response = post(client, key, {"events": [{"name": "t", "occurredAt": wrong}]})
+        assert response.status_code == 400, wrong
+
+
+def test_a_user_agent_is_read_and_stored_up_to_512_characters(client, project):
+    """A fresh 60 KB User-Agent per request held the event loop for 0.3 s each (found by
+    testing): only its first 512 characters are parsed and stored."""
+    project_id, key = project
+    agent = "Mozilla/5.0 (X11; Linux x86_64) Chrome/120.0 " + "x" * 60_000
+    response = client.post(
+        "/api/collect",
+        json={"events": [{"name": "ua"}]},
+        headers={"x-api-key": key, "user-agent": agent},
+    )
+    assert response.status_code == 202
+    rows = stored(
+        client,
+        "SELECT user_agent, browser FROM {db}.events WHERE project_id = {p:String}",
+        p=project_id,
+    )
+    assert rows == [(agent[:512], "Chrome")]
+
+
 def test_omitted_occurred_at_is_receipt_time_and_future_is_clamped(client, project):
     project_id, key = project
     before = datetime.now(UTC) - timedelta(seconds=1)

@@ -4,6 +4,7 @@ show :func:`markdown` (tests/test_limits_doc.py checks the README holds it verba
 from __future__ import annotations
 
 from ..config import Settings
+from ..domain.events import MAX_USER_AGENT
 from ..domain.metrics import MAX_DAYS
 from .limits import SMALL_BODY_BYTES
 
@@ -31,13 +32,20 @@ def rows(settings: Settings | None = None) -> list[tuple[str, str]]:
         ("`sessionId`, `visitorId`", "at most 200 characters each"),
         (
             "`occurredAt`",
-            "ISO 8601 date-time from 1970 on (e.g. `2026-11-23T10:00:00Z`); no offset means "
-            "UTC; omitted, or later than receipt, means the receipt time",
+            "ISO 8601 / RFC 3339 date-time from 1970 on (e.g. `2026-11-23T10:00:00Z`); no "
+            "offset means UTC; `t` and `z` in either case; up to nine fractional digits, kept to "
+            "the millisecond (cut, not rounded); a leap second (`23:59:60`) is the last "
+            "millisecond of its minute; omitted, or later than receipt, means the receipt time",
         ),
         (
             "`metadata`",
             "at most 50 keys of 1–100 characters; values strings of at most 1024 characters, "
             "numbers (64-bit integers or doubles), booleans or null",
+        ),
+        (
+            "`User-Agent` header",
+            f"its first {MAX_USER_AGENT} characters are read (browser, os, device type, bot) "
+            "and stored",
         ),
         (
             "request body",
