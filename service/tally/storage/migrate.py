@@ -98,8 +98,9 @@ _ORDER_BY_CHANGE = re.compile(r", MODIFY ORDER BY \(.*\)\Z", re.DOTALL)
 _ALTER_VIEW_QUERY = re.compile(r"\AALTER TABLE \$\{db\}\.(\w+_mv) MODIFY QUERY\n")
 # A one-time backfill (INSERT ... SELECT): through the Distributed tables, from one node.
 _INSERT = re.compile(r"\AINSERT INTO \$\{db\}\.(\w+) ")
-# The same, rendered (the database named): what :func:`migrate` runs only for a new migration.
-_BACKFILL = re.compile(r"\A\s*INSERT INTO ")
+# The same, rendered (the database named), and a projection built for the parts stored before
+# (a background mutation over every part): what :func:`migrate` runs only for a new migration.
+_BACKFILL = re.compile(r"\A\s*(?:INSERT INTO |ALTER TABLE \S+ (?:ON CLUSTER \S+ )?MATERIALIZE )")
 
 
 def _check_cluster(cluster: str) -> None:

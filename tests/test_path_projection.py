@@ -1,0 +1,179 @@
+"""Schema 013's ``by_path`` projection: the events sorted by page, read instead of the table when a
+filter on the path names its pages (``is``). The filtered dashboard's and breakdowns' queries give
+the same rows read either way (the table's answers are checked against the reference model in
+tests/test_filters_wired.py and tests/test_onescan.py), and a path filter does read the
+projection. An upgrade from schema 012 builds it for the parts stored before, once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+import reference_filters as ref
+from conftest import migrate_before, new_project
+from tally.domain.filters import parse_filters
+from tally.query import Query, filtered, onescan
+from tally.storage.client import Storage, parse_url
+from tally.storage.migrate import load_migrations, migrate
+from test_filters_wired import PATHS, SOURCES, UTM, sent
+from test_local_time import store
+from test_writer import event_row
+
+PROJECTION = "by_path"
+
+
+def many(now: datetime, sessions: int, seed: int) -> list[ref.Ev]:
+    """``sessions`` sessions of one to four events (and a session_end for half of them) over ten
+    days, in the shape of test_filters_wired's traffic; every event at its own millisecond."""
+    rng = random.Random(seed)
+    span = 10 * 24 * 3600 * 1000
+    moments = sorted(rng.sample(range(1000, span), 5 * sessions), reverse=True)
+    events: list[ref.Ev] = []
+    for n in range(sessions):
+        session = f"s{n}" if rng.random() > 0.15 else ""
+        visitor = f"v{rng.randrange(2000)}" if rng.random() > 0.1 else ""
+        client = rng.choice([("Chrome", "Windows", "desktop"), ("Safari", "iOS", "mobile")])
+        common = dict(
+            session_id=session,
+            visitor_id=visitor,
+            browser=client[0],
+            os=client[1],
+            device_type=client[2],
+            country=rng.choice(["DE", "US", "NP", ""]),
+            is_bot=rng.random() < 0.08,
+        )
+        utm = dict(zip(UTM, SOURCES[rng.randrange(len(SOURCES))], strict=True))
+        times = sorted(now - timedelta(milliseconds=moments.pop()) for _ in range(5))
+        for i in range(rng.choice([1, 2, 3, 4])):
+            name = "pageview" if i == 0 or rng.random() < 0.7 else rng.choice(["signup", "klick"])
+            path = rng.choice(PATHS) if name == "pageview" or rng.random() < 0.3 else ""
+            referrer = "https://réf.example/x" if rng.random() < 0.4 else ""
+            events.append(ref.Ev(name, times[i], path=path, referrer=referrer, **common, **utm))
+        if rng.random() < 0.5:
+            stated = rng.choice([None, 1234.5, 60000.0])
+            events.append(ref.Ev("session_end", times[4], duration_ms=stated, **common))
+    return events
+
+
+@pytest.fixture(scope="module")
+def tenant(client):
+    """Enough events of one project (about 30k) for the table's window to span several granules
+    while one page's events fit in one of the projection's."""
+    project_id, _ = new_project(client)
+    now = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2)
+    events = many(now, 11_000, seed=13)
+    store(client, project_id, sent(events))
+    return project_id, now, events
+
+
+def _run(storage: Storage, sql: str, params, projections: bool) -> list[tuple]:
+    """The rows of ``sql`` with projections used or not, in a stable order (the facts' rows of
+    the days and hours come in no particular order)."""
+    sql = sql.replace("{db}", storage.database)
+    sql += f"\nSETTINGS optimize_use_projections = {int(projections)}"
+    return sorted(asyncio.run(storage.aquery(sql, params)), key=repr)
+
+
+def _reads_projection(storage: Storage, sql: str, params) -> bool:
+    sql = "EXPLAIN " + sql.replace("{db}", storage.database)
+    plan = asyncio.run(storage.aquery(sql, params))
+    return any(f"ReadFromMergeTree ({PROJECTION})" in row[0] for row in plan)
+
+
+def _queries(project_id: str, now: datetime, page: str) -> list[Query]:
+    def q(raw: list, **kw) -> Query:
+        return Query(
+            project_id, kw.pop("days", 10), now, filters=parse_filters(json.dumps(raw)), **kw
+        )
+
+    first = now.date() - timedelta(days=6)
+    return [
+        q([["is", "path", [page]]]),
+        q([["is", "path", [page, "/no/such/page"]]], tz="Asia/Kathmandu"),
+        q([["is", "path", [page]], ["is", "country", ["DE", "US"]]], exclude_bots=False),
+        q([["is", "path", [page]], ["is", "source", ["Google", "news"]]], tz="America/New_York"),
+        q([["is", "path", [page]]], first=first, last=now.date() - timedelta(days=1), days=6),
+    ]
+
+
+def test_a_path_filter_reads_the_projection_and_gets_the_same_numbers(client, tenant):
+    project_id, now, events = tenant
+    storage = client.app.state.storage
+    pages = sorted({e.path for e in events if e.path})
+    page = pages[len(pages) // 2]
+    for query in _queries(project_id, now, page):
+        sqls = dict(onescan.onescan_sql(query))
+        for by in ("source", "country", "path", "entryPage"):
+            sqls[f"by {by}"] = filtered.breakdown_sql(replace(query, dimension=by, limit=1000))
+        params = filtered.parameters(query)
+        assert _reads_projection(storage, sqls["facts"], params), query.filters
+        kept = 0
+        for name, sql in sqls.items():
+            if name in ("live", "bots"):
+                continue
+            table = _run(storage, sql, params, projections=False)
+            assert _run(storage, sql, params, projections=True) == table, (name, query)
+            kept += bool(table and any(table[0]))
+        assert kept >= 4, query
+
+
+def test_contains_and_unfiltered_reads_stay_on_the_table(client, tenant):
+    project_id, now, _ = tenant
+    storage = client.app.state.storage
+    for raw in ([["contains", "path", ["blog"]]], [["is", "country", ["DE"]]]):
+        query = Query(project_id, 10, now, filters=parse_filters(json.dumps(raw)))
+        sql = onescan.onescan_sql(query)["facts"]
+        assert not _reads_projection(storage, sql, filtered.parameters(query)), raw
+
+
+def test_upgrade_from_012_builds_the_projection_for_stored_parts_once(chdb_path):
+    storage = Storage(parse_url(f"chdb://{chdb_path}?database=p_{uuid.uuid4().hex[:10]}"), 1)
+    db = storage.database
+
+    def parts(with_projection: bool) -> int:
+        rows = storage.query(
+            f"SELECT count() FROM system.parts WHERE database = {{d:String}} AND table = 'events' "
+            f"AND active AND {'' if with_projection else 'NOT '}has(projections, '{PROJECTION}')",
+            {"d": db},
+        )
+        return int(rows[0][0])
+
+    def mutations() -> list[tuple]:
+        return storage.query(
+            "SELECT mutation_id, is_done FROM system.mutations WHERE database = {d:String} "
+            "AND table = 'events' ORDER BY mutation_id",
+            {"d": db},
+        )
+
+    try:
+        migrate_before(storage, 13)
+        from tally.storage.writer import events_inserter
+
+        insert = events_inserter(storage)
+        for n in range(3):  # three parts written by the schema before
+            rows = [
+                event_row("e" * 24, "pageview", f"/p{i % 5}", session=f"s{n}{i % 9}")
+                for i in range(40)
+            ]
+            insert(rows, uuid.uuid4().hex)
+        assert parts(with_projection=False) == 3
+        assert migrate(storage) == [m.name for m in load_migrations()[12:]]
+        for _ in range(200):  # the background mutation that builds it for them
+            if mutations() and all(done for _, done in mutations()):
+                break
+            asyncio.run(asyncio.sleep(0.05))
+        assert parts(with_projection=False) == 0 and parts(with_projection=True) >= 1
+        started = mutations()
+        assert len(started) == 1
+        assert migrate(storage) == []
+        assert mutations() == started  # not started again at the next start
+        insert([event_row("e" * 24, "pageview", "/new")], uuid.uuid4().hex)
+        assert parts(with_projection=False) == 0  # a new part is written with it
+    finally:
+        storage.close()
