@@ -257,6 +257,48 @@ def test_a_range_past_the_stored_days_reads_what_is_inside(client: Any, user: st
     assert len(body.content.splitlines()) == len(events)
 
 
+@pytest.mark.parametrize("fmt", ["csv", "ndjson", "parquet"])
+def test_a_range_wholly_outside_the_stored_days_is_an_empty_export(
+    client: Any, user: str, fmt: str
+) -> None:
+    """Nothing is stored before 1970 or after 2299: a range wholly outside those days is an
+    empty file of its format (it was cut to the first or last stored day at each end, so that
+    1969 gave the events of 1970-01-01); a range reaching into them reads what is inside."""
+    project, api_key = new_project(client, user)
+    collect(
+        client,
+        api_key,
+        [
+            {"name": "pageview", "path": "/epoch", "occurredAt": "1970-01-01T00:00:00.000Z"},
+            {"name": "pageview", "path": "/day-end", "occurredAt": "1970-01-01T23:59:59.999Z"},
+        ],
+    )
+    types = column_types(client)
+    for outside in (
+        "from=1969-01-01&to=1969-12-31",
+        "from=0001-01-01&to=1969-12-31",
+        "from=2299-12-31&to=2299-12-31",
+        "from=2300-01-01&to=9999-12-31",
+    ):
+        response = export(client, user, f"projectId={project}&{outside}&format={fmt}")
+        assert response.status_code == 200, response.text
+        assert READERS[fmt](response.content, types) == [], outside
+        if fmt == "csv":
+            assert (
+                response.content.startswith(b'"project_id"') and response.content.count(b"\n") == 1
+            )
+        if fmt == "parquet":
+            assert pq.read_table(io.BytesIO(response.content)).column_names == list(types)
+        begin, end = outside.replace("from=", "").split("&to=")
+        assert response.headers["content-disposition"] == (
+            f'attachment; filename="tally-{project}-{begin}-{end}.{fmt}"'
+        )
+    for overlapping in ("from=1969-12-31&to=1970-01-01", "from=0001-01-01&to=9999-12-31"):
+        response = export(client, user, f"projectId={project}&{overlapping}&format={fmt}")
+        rows = READERS[fmt](response.content, types)
+        assert sorted(r["path"] for r in rows) == ["/day-end", "/epoch"], overlapping
+
+
 def test_a_user_exports_only_their_own_projects(client: Any, user: str) -> None:
     mine, my_key = new_project(client, user)
     _, other_key = new_project(client, user, name="Other site")

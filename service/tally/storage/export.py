@@ -56,10 +56,15 @@ FORMAT_SETTINGS: dict[str, dict[str, int]] = {
 _SECRET_COLUMN = re.compile(r"hash", re.IGNORECASE)
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
+# The UTC days an event can be stored on (DateTime64's range; its last day is not whole).
+FIRST_DAY = date(1970, 1, 1)
+LAST_DAY = date(2299, 12, 30)
+
 
 @dataclass(frozen=True)
 class ExportSpec:
-    """One export: the project, the UTC days ``first``..``last`` (inclusive), the format."""
+    """One export: the project, the UTC days ``first``..``last`` (inclusive, as asked: they may
+    reach past the days anything is stored on), the format."""
 
     project_id: str
     first: date
@@ -77,17 +82,25 @@ class ExportSpec:
 
     @property
     def start(self) -> datetime:
-        return datetime.combine(self.first, time(0), tzinfo=UTC)
+        """00:00 UTC of ``first``, within the stored days."""
+        return _midnight(min(max(self.first, FIRST_DAY), LAST_DAY + timedelta(days=1)))
 
     @property
     def end(self) -> datetime:
-        """Exclusive: 00:00 UTC of the day after ``last``."""
-        return datetime.combine(self.last + timedelta(days=1), time(0), tzinfo=UTC)
+        """Exclusive: 00:00 UTC of the day after ``last``, within the stored days. The range is
+        cut to them as one interval, so a range wholly outside them is empty (``end`` is then
+        ``start``), never their first or last day."""
+        after = min(max(self.last, FIRST_DAY - timedelta(days=1)), LAST_DAY) + timedelta(days=1)
+        return max(_midnight(after), self.start)
 
     @property
     def filename(self) -> str:
         ext = FORMATS[self.fmt][2]
         return f"tally-{self.project_id}-{self.first.isoformat()}-{self.last.isoformat()}.{ext}"
+
+
+def _midnight(day: date) -> datetime:
+    return datetime.combine(day, time(0), tzinfo=UTC)
 
 
 def columns(storage: Storage, hide_ip: bool) -> list[str]:
