@@ -89,6 +89,31 @@ def test_the_cap_is_configurable(make_client):
         assert post_collect(client, key, padded(body, 1001)).status_code == 413
 
 
+# Requests without valid credentials, each way a credential can be missing or wrong.
+WITHOUT_CREDENTIALS = [
+    pytest.param("/api/collect", {}, id="collect, no key"),
+    pytest.param("/api/collect", {"x-api-key": "tk_not-a-real-key"}, id="collect, unknown key"),
+    pytest.param("/api/collect?apiKey=tk_not-a-real-key", {}, id="collect, key in the query"),
+    pytest.param("/api/projects", {}, id="projects, no session"),
+    pytest.param("/api/projects", {"authorization": "Bearer not.a.jwt"}, id="projects, bad token"),
+    pytest.param("/api/projects/keys", {}, id="keys, no session"),
+]
+
+
+@pytest.mark.parametrize(("path", "headers"), WITHOUT_CREDENTIALS)
+def test_a_declared_length_over_the_cap_is_413_before_the_credentials(client, path, headers):
+    """The one rule (README, "Errors"): the headers are judged before any of the body is read,
+    a declared length over the cap first (413 whoever sends it), then the credentials (401
+    whatever the body under the cap)."""
+    cap = DEFAULT_CAP if path.startswith("/api/collect") else SMALL_BODY_BYTES
+    headers = {"content-type": "application/json", **headers}
+    over = client.post(path, content=b" " * (cap + 1), headers=headers)
+    assert (over.status_code, over.json()) == (413, {"error": "Payload too large"})
+    under = client.post(path, content=b" " * cap, headers=headers)
+    assert under.status_code == 401, under.text
+    assert under.json()["error"] in ("Unauthorized", "Missing API key", "Invalid API key")
+
+
 # --- a real server: refused before the body is read ------------------------------------------
 def raw_request(port: int, head: bytes, chunks: list[bytes]) -> bytes:
     """Send ``head`` then ``chunks`` (stopping if the server has answered and closed); return
@@ -148,3 +173,16 @@ def test_a_chunked_body_is_cut_off_when_it_passes_the_cap(server, path):
     # 20 MB offered; the answer comes after a little more than the cap.
     answer = raw_request(server.port, head, [framed] * 2500)
     assert answer.startswith(b"HTTP/1.1 413"), answer
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["/api/collect", "/api/projects"])
+def test_without_credentials_a_chunked_body_is_never_read(server, path):
+    """No length declared, no valid credentials: 401 from the headers alone. Not a byte of the
+    body is sent, so a server that waited for it would answer 408 after the body deadline."""
+    head = (
+        f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        "x-api-key: tk_not-a-real-key\r\ntransfer-encoding: chunked\r\n\r\n"
+    ).encode()
+    answer = raw_request(server.port, head, [])
+    assert answer.startswith(b"HTTP/1.1 401"), answer

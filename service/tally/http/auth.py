@@ -1,7 +1,8 @@
 """Credentials: identity-provider sessions (JWT) and project API keys, checked by Litestar guards.
 
 Guards run before the request body is read, so a request without valid credentials is answered
-401 whatever its body is.
+401 whatever its body is. Only a declared ``Content-Length`` over the body cap comes first: it is
+413 from the headers alone, whatever the credentials (http/limits.py; README, "Errors").
 """
 
 from __future__ import annotations

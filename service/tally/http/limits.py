@@ -1,11 +1,13 @@
 """A cap on request bodies, enforced before they are read whole, on every endpoint.
 
-A declared ``Content-Length`` above the cap is answered 413 before a byte of the body is read; a
-chunked body (or one that lies about its length) is cut off as soon as the bytes received pass
-the cap. The default admits the largest batch ``/api/collect`` accepts (100 events at every
-field's maximum, metadata included, in compact ASCII JSON: 6,737,612 bytes) with room for
-whitespace; ``TALLY_MAX_BODY_BYTES`` changes it. The other endpoints take a few hundred bytes of
-JSON and are capped at ``SMALL_BODY_BYTES`` (or the cap, if lower).
+A declared ``Content-Length`` above the cap is answered 413 before a byte of the body is read, and
+before the credentials are checked (the number alone decides, so it costs nothing whoever sends it);
+a chunked body (or one that lies about its length) is read only once the credentials are good, and
+cut off as soon as the bytes received pass the cap. The default admits the largest batch
+``/api/collect`` accepts (100 events at every field's maximum, metadata included, in compact ASCII
+JSON: 6,737,612 bytes) with room for whitespace; ``TALLY_MAX_BODY_BYTES`` changes it. The other
+endpoints take a few hundred bytes of JSON and are capped at ``SMALL_BODY_BYTES`` (or the cap, if
+lower).
 """
 
 from __future__ import annotations
