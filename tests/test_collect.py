@@ -130,6 +130,30 @@ def test_cors_preflight_and_response_headers(client):
     assert response.headers["access-control-allow-origin"] in ("*", "https://shop.example")
 
 
+@pytest.mark.parametrize(
+    ("method", "headers", "error"),
+    [
+        ("POST", "content-type,x-custom", "Disallowed CORS headers"),
+        ("PUT", "content-type", "Disallowed CORS method"),
+    ],
+)
+def test_a_refused_cors_preflight_answers_in_the_error_shape(client, method, headers, error):
+    """Litestar answers preflights itself; a refused one was a text/plain 400."""
+    for path in ("/api/collect", "/api/projects"):
+        refused = client.options(
+            path,
+            headers={
+                "origin": "https://shop.example",
+                "access-control-request-method": method,
+                "access-control-request-headers": headers,
+            },
+        )
+        assert refused.status_code == 400
+        assert refused.headers["content-type"].startswith("application/json")
+        assert refused.json() == {"error": error}
+        assert refused.headers["x-content-type-options"] == "nosniff"
+
+
 def test_full_event_is_stored_as_sent(client, project):
     project_id, key = project
     event = {

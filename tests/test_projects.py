@@ -348,6 +348,15 @@ def test_health_and_openapi(client):
     assert "401" in paths["/api/collect"]["post"]["responses"]
 
 
+def test_head_health_answers_as_get_without_a_body(client):
+    got = client.get("/api/health")
+    head = client.head("/api/health")
+    assert (head.status_code, head.content) == (200, b"")
+    assert head.headers["content-type"] == got.headers["content-type"] == "application/json"
+    spec = client.get("/api/schema/openapi.json").json()
+    assert set(spec["paths"]["/api/health"]) == {"get", "head"}
+
+
 def test_unknown_route_and_method(client):
     assert client.get("/api/nope").json() == {"error": "Not found"}
     response = client.put("/api/projects", json={})

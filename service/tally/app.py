@@ -25,7 +25,7 @@ from litestar.types import Message, Scope
 from .config import Settings, load_settings
 from .domain.geo import CountryReader
 from .domain.privacy import IpHasher
-from .http import collect_fast
+from .http import collect_fast, cors
 from .http.auth import SessionVerifier
 from .http.breakdown import breakdown
 from .http.controllers import ProjectController, collect, dashboard, health
@@ -228,6 +228,8 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
         debug=False,
     )
     _complete_openapi(app)
+    # A refused CORS preflight answers in the JSON error shape (http/cors.py).
+    cors.install(app)
     # POST /api/collect answered without the framework's per-request layers (same checks, same
     # answers; http/collect_fast.py). Tests switch it off through state.collect_fast.enabled.
     app.state.collect_fast = collect_fast.install(app)

@@ -32,6 +32,7 @@ from typing import Any
 
 import msgspec
 from litestar import Response
+from litestar.middleware._internal.cors import CORSMiddleware  # http/cors.py says why internal
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from ..domain import events as event_rules
@@ -251,7 +252,7 @@ def install(litestar: Any) -> CollectFastPath:
     """Put the fast path inside the app's CORS middleware (or at the top of its handler)."""
     handler = litestar.asgi_handler
     inner = getattr(handler, "app", None)
-    if inner is not None and type(handler).__name__ == "CORSMiddleware":
+    if inner is not None and isinstance(handler, CORSMiddleware):
         fast = CollectFastPath(litestar, inner)
         handler.app = fast
         litestar.asgi_handler = _AroundCors(handler, fast)

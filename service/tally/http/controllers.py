@@ -8,7 +8,7 @@ import time
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from litestar import Controller, Request, delete, get, patch, post
+from litestar import Controller, HttpMethod, Request, delete, get, patch, post, route
 from litestar.datastructures import State
 from litestar.exceptions import NotFoundException
 from litestar.openapi.spec import Example
@@ -276,8 +276,11 @@ async def collect(
     return s.Accepted(accepted=accepted)
 
 
-@get(
+@route(
     "/api/health",
+    # HEAD answers as GET does, with the same headers and no body (uptime checks and load
+    # balancers probe with HEAD; the server leaves the body out).
+    http_method=[HttpMethod.GET, HttpMethod.HEAD],
     tags=["health"],
     summary="200 once Tally can reach its storage",
     responses=error_responses(503),
