@@ -38,14 +38,30 @@ COLLECT = [
     ({"events": [{"name": "a"}], "extra": 1}, "$.extra", "is not a known field"),
     (event(metadata={"k" * 101: 1}), "$.events[0].metadata", "keys must be 1 to 100 characters"),
     (event(metadata={"": 1}), "$.events[0].metadata", "keys must be 1 to 100 characters"),
+    # A metadata value is named by its key (msgspec says only "metadata[...]").
     (
         event(metadata={"k": "v" * 1025}),
-        "$.events[0].metadata[...]",
+        "$.events[0].metadata.k",
         "metadata strings must be at most 1024 characters",
     ),
     (
-        event(metadata={"k": [1]}),
-        "$.events[0].metadata[...]",
+        event(metadata={"pageTitle": "ok", "browser": [1], "os": {}}),
+        "$.events[0].metadata.browser",
+        "metadata values must be strings, numbers, booleans or null",
+    ),
+    (
+        {"events": [{"name": "a"}, {"name": "b", "metadata": {"ok": 1, "title": "t" * 1025}}]},
+        "$.events[1].metadata.title",
+        "metadata strings must be at most 1024 characters",
+    ),
+    (
+        event(metadata={'page "title"': None, "plan (2)": {"nested": 1}}),
+        '$.events[0].metadata["plan (2)"]',
+        "metadata values must be strings, numbers, booleans or null",
+    ),
+    (
+        event(metadata={"ünï": [1]}),
+        '$.events[0].metadata["ünï"]',
         "metadata values must be strings, numbers, booleans or null",
     ),
     (
@@ -78,6 +94,21 @@ BYTES = [
     (b'{"events":[{"name":"a","name":"b"}]}', "application/json", "has the key 'name' twice"),
     (b'\xef\xbb\xbf{"events":[]}', "application/json", "starts with a byte order mark"),
 ]
+
+
+def test_a_metadata_number_out_of_range_names_its_key(client):
+    _, key = new_project(client, user="messages")
+    raw = b'{"events":[{"name":"a","metadata":{"ok":1,"big":1e400}}]}'
+    response = client.post(
+        "/api/collect", content=raw, headers={"x-api-key": key, "content-type": "application/json"}
+    )
+    assert response.status_code == 400
+    assert response.json()["details"] == [
+        {
+            "path": "$.events[0].metadata.big",
+            "message": "is out of range (numbers must fit a 64-bit integer or a double)",
+        }
+    ]
 
 
 @pytest.mark.parametrize(("raw", "content_type", "message"), BYTES)

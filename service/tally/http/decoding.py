@@ -26,7 +26,7 @@ from litestar.typing import FieldDefinition
 
 from ..domain.query_errors import LONE_SURROGATE, TOO_DEEP
 from .messages import NOT_UTF8, plain
-from .schemas import CollectBody
+from .schemas import CollectBody, MetadataValue
 
 T = TypeVar("T")
 
@@ -112,7 +112,7 @@ def check_body(
     except RecursionError:  # only a body without a shape of its own (``Any``) gets this deep
         raise _refuse("$", TOO_DEEP) from None
     except msgspec.ValidationError as exc:
-        raise _invalid(str(exc)) from None
+        raise _invalid(str(exc), value) from None
     except msgspec.DecodeError as exc:
         try:
             value.decode("utf-8")
@@ -222,14 +222,60 @@ def _refuse(path: str, message: str) -> ValidationException:
 _AT = re.compile(r"`\$\.?(.*)`$")
 
 
-def _invalid(message: str) -> ValidationException:
+def _invalid(message: str, body: bytes | None = None) -> ValidationException:
     """msgspec's "<message> - at `$.a.b`" (or "- at `key` in `$.a`") as a validation error for
-    the body, in plain words (http/messages.py), naming the path."""
+    the body, in plain words (http/messages.py), naming the path. msgspec names a value of an
+    object with keys of any name as ``[...]``; a metadata value is named by its key, found in
+    ``body``."""
     text, _, where = message.partition(" - ")
     match = _AT.search(where)
     key = match.group(1) if match and match.group(1) else ""
     path = "$" + ("" if not key or key.startswith("[") else ".") + key
     path, words = plain(text, path, in_key=where.startswith("at `key` in"))
+    if body is not None and (value_of := _METADATA_VALUE.match(path)):
+        name = _bad_metadata_key(body, int(value_of.group(1)))
+        if name is not None:
+            path = path.removesuffix("[...]") + _member(name)
     return ValidationException(
         detail="Validation failed", extra=[{"message": words, "key": path, "source": "body"}]
     )
+
+
+# msgspec's path of a metadata value, ``$.events[3].metadata[...]``.
+_METADATA_VALUE = re.compile(r"^\$\.events\[(\d+)\]\.metadata\[\.\.\.\]$")
+_SHORTHAND = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_metadata_value = msgspec.json.Decoder(MetadataValue)
+
+
+class _Events(msgspec.Struct):
+    events: list[msgspec.Raw]
+
+
+class _EventMetadata(msgspec.Struct):
+    metadata: msgspec.Raw = msgspec.Raw(b"null")
+
+
+def _member(name: str) -> str:
+    """A key as the last step of a path: ``.browser``, or ``["page title"]`` when the name is
+    not a plain identifier (JSONPath, RFC 9535; the string quoted as JSON quotes it)."""
+    if _SHORTHAND.match(name):
+        return f".{name}"
+    return f"[{json.dumps(name, ensure_ascii=False)}]"
+
+
+def _bad_metadata_key(body: bytes, index: int) -> str | None:
+    """The key of the first value of event ``index``'s metadata that breaks the metadata value
+    rule, as msgspec met it (keys in the order sent); None if it cannot be told (a key sent
+    twice, whose first value was the bad one)."""
+    try:
+        event = msgspec.json.decode(body, type=_Events).events[index]
+        metadata = msgspec.json.decode(event, type=_EventMetadata).metadata
+        values = msgspec.json.decode(metadata, type=dict[str, msgspec.Raw])
+    except (msgspec.DecodeError, IndexError):
+        return None
+    for name, value in values.items():
+        try:
+            _metadata_value.decode(value)
+        except msgspec.ValidationError:
+            return name
+    return None
