@@ -51,7 +51,8 @@ def test_the_field_limits_are_the_schemas():
     # A project name is 2-60 characters once trimmed (domain/projects.py, which the schema's
     # pattern follows).
     assert (projects.NAME_MIN, projects.NAME_MAX) == (2, 60)
-    assert bounds(schemas.CreateKey, "label") == (1, 60)
+    # A key label likewise, 1-60 characters once trimmed.
+    assert (projects.LABEL_MIN, projects.LABEL_MAX) == (1, 60)
     assert bounds(schemas.Event, "name") == (1, 100)
     assert bounds(schemas.Event, "path") == (None, 2048)
     assert bounds(schemas.Event, "url") == (None, 4096)
@@ -65,3 +66,5 @@ def test_the_field_limits_are_the_schemas():
     # The error messages state the same ranges.
     assert plain("Expected `str` of length >= 2", "$.name")[1] == projects.NAME_RULE
     assert projects.NAME_RULE.startswith("must be 2 to 60 characters")
+    assert plain("Expected `str` of length <= 200", "$.label")[1] == projects.LABEL_RULE
+    assert projects.LABEL_RULE.startswith("must be 1 to 60 characters")

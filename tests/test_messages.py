@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import auth, new_project
-from tally.domain.projects import NAME_RULE
+from tally.domain.projects import CONTROL_RULE, LABEL_RULE, NAME_RULE, VISIBLE_RULE
 
 ISO = "must be an ISO 8601 date-time, e.g. 2026-11-23T10:00:00Z"
 
@@ -129,6 +129,8 @@ def test_byte_messages(client, raw, content_type, message):
         ({}, "$.name", "is required"),
         ({"name": "a"}, "$.name", NAME_RULE),
         ({"name": "a" * 61}, "$.name", NAME_RULE),
+        ({"name": "Sh\x00op"}, "$.name", CONTROL_RULE),
+        ({"name": "\u200b\u200b\u200b"}, "$.name", VISIBLE_RULE),
         ({"name": 3}, "$.name", "must be a string, not an integer"),
         ({"name": "ok", "x": 1}, "$.x", "is not a known field"),
     ],
@@ -144,8 +146,12 @@ def test_project_messages(client, body, path, message):
     [
         ({}, "$.projectId", "is required"),
         ({"projectId": "x"}, "$.projectId", "must be a 24-character id (lowercase hex digits)"),
-        ({"label": ""}, "$.label", "must be 1 to 60 characters"),
-        ({"label": "l" * 61}, "$.label", "must be 1 to 60 characters"),
+        ({"label": ""}, "$.label", LABEL_RULE),
+        ({"label": "   "}, "$.label", LABEL_RULE),
+        ({"label": "l" * 61}, "$.label", LABEL_RULE),
+        ({"label": "l" * 201}, "$.label", LABEL_RULE),
+        ({"label": "C\x00I"}, "$.label", CONTROL_RULE),
+        ({"label": "\u200b"}, "$.label", VISIBLE_RULE),
     ],
 )
 def test_key_messages(client, body, path, message):

@@ -191,7 +191,18 @@ def test_additional_keys_with_and_without_label(client, user):
 
 
 @pytest.mark.parametrize(
-    ("label", "status"), [("x", 201), ("x" * 60, 201), ("", 400), ("x" * 61, 400), (5, 400)]
+    ("label", "status"),
+    [
+        ("x", 201),
+        ("x" * 60, 201),
+        ("  " + "x" * 60 + "\t", 201),
+        ("", 400),
+        ("x" * 61, 400),
+        (5, 400),
+        (" ", 400),
+        ("\u200b", 400),
+        ("C\x00I", 400),
+    ],
 )
 def test_key_label_length(client, user, label, status):
     project_id, _ = new_project(client, user=user)
@@ -199,6 +210,47 @@ def test_key_label_length(client, user, label, status):
         "/api/projects/keys", json={"projectId": project_id, "label": label}, headers=auth(user)
     )
     assert response.status_code == status, response.text
+
+
+@pytest.mark.parametrize(
+    ("label", "rule"),
+    [
+        ("   ", "1 to 60 characters once surrounding spaces are trimmed"),
+        ("\t\n\u3000", "1 to 60 characters once surrounding spaces are trimmed"),
+        ("\u200b\u200b", "visible character"),
+        ("C\x00I", "control characters"),
+        ("CI\x9f", "control characters"),
+    ],
+)
+def test_blank_and_bad_labels_are_refused_as_names_are(client, user, label, rule):
+    project_id, _ = new_project(client, user=user)
+    message = invalid(
+        client.post(
+            "/api/projects/keys",
+            json={"projectId": project_id, "label": label},
+            headers=auth(user),
+        ),
+        "$.label",
+    )
+    assert rule in message
+    listed = client.get(f"/api/projects/keys?projectId={project_id}", headers=auth(user)).json()
+    assert [k["label"] for k in listed["keys"]] == ["Default"]
+
+
+def test_labels_are_trimmed_and_an_absent_one_is_untitled(client, user):
+    project_id, _ = new_project(client, user=user)
+    made = [
+        client.post("/api/projects/keys", json=body, headers=auth(user))
+        for body in (
+            {"projectId": project_id, "label": "  CI deploys\t"},
+            {"projectId": project_id, "label": None},
+            {"projectId": project_id},
+        )
+    ]
+    assert [r.status_code for r in made] == [201, 201, 201]
+    assert [r.json()["label"] for r in made] == ["CI deploys", "Untitled", "Untitled"]
+    listed = client.get(f"/api/projects/keys?projectId={project_id}", headers=auth(user)).json()
+    assert [k["label"] for k in listed["keys"]] == ["Default", "CI deploys", "Untitled", "Untitled"]
 
 
 @pytest.mark.parametrize(
@@ -489,15 +541,83 @@ def test_the_documented_name_pattern_is_the_rule():
         assert bool(pattern.match(name)) == accepted, repr(name)
 
     agree()
-    assert clean_name("\x1cab\x1c") == "\x1cab\x1c"  # not ECMAScript whitespace: kept
+    # Not ECMAScript whitespace, so not trimmed: a control character, refused.
+    with pytest.raises(InvalidProject, match="control characters"):
+        clean_name("\x1cab\x1c")
 
 
-@pytest.mark.parametrize("name", ["   ", "\t\n", " a ", "", "a", "x" * 61, " " + "x" * 61 + " "])
-def test_blank_and_bad_names_are_refused(client, user, name):
+def test_the_documented_label_pattern_is_the_rule():
+    """The same for key labels, and for the characters both refuse: control characters
+    anywhere once trimmed, and nothing but invisible characters."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from tally.domain.projects import LABEL_PATTERN, InvalidProject, clean_label
+
+    pattern = re.compile(LABEL_PATTERN)
+    odd = st.sampled_from(
+        [
+            " ",
+            "\t",
+            "\u3000",
+            "\ufeff",
+            "\x00",
+            "\x1c",
+            "\x7f",
+            "\x85",
+            "\u200b",
+            "\u2060",
+            "\U000e0020",
+        ]
+    )
+
+    @settings(max_examples=600, deadline=None)
+    @given(st.lists(st.one_of(odd, st.characters()), max_size=70).map("".join))
+    def agree(label):
+        try:
+            clean_label(label)
+            accepted = True
+        except InvalidProject:
+            accepted = False
+        assert bool(pattern.match(label)) == accepted, repr(label)
+
+    agree()
+
+
+def test_format_characters_are_this_pythons_cf():
+    """Format characters are looked for in planes 0, 1 and 14 only: all that Unicode has."""
+    import unicodedata
+
+    from tally.domain.projects import FORMAT_CHARACTERS
+
+    every = "".join(chr(c) for c in range(0x110000) if unicodedata.category(chr(c)) == "Cf")
+    assert every == FORMAT_CHARACTERS
+
+
+@pytest.mark.parametrize(
+    ("name", "rule"),
+    [
+        ("   ", "2 to 60 characters"),
+        ("\t\n", "2 to 60 characters"),
+        (" a ", "2 to 60 characters"),
+        ("", "2 to 60 characters"),
+        ("a", "2 to 60 characters"),
+        ("x" * 61, "2 to 60 characters"),
+        (" " + "x" * 61 + " ", "2 to 60 characters"),
+        ("\u200b\u200b", "visible character"),  # zero-width spaces only
+        ("\u2060\u200b\u00a0\u200d", "visible character"),  # format characters and a space
+        ("\ufeff\u200e\u200f\ufeff", "visible character"),
+        ("Shop\x00", "control characters"),  # NUL
+        ("Sh\x07op", "control characters"),
+        ("Sh\top", "control characters"),  # a tab inside (around it, it is trimmed)
+        ("Shop\x85", "control characters"),  # C1
+    ],
+)
+def test_blank_and_bad_names_are_refused(client, user, name, rule):
     message = invalid(
         client.post("/api/projects", json={"name": name}, headers=auth(user)), "$.name"
     )
-    assert "2 to 60 characters" in message
+    assert rule in message
     assert listed_projects(client, user) == {}
     project_id, _ = new_project(client, user=user, name="Kept")
     patched = client.patch(

@@ -32,7 +32,7 @@ from .access import (
 from .auth import api_key_guard, session_guard
 from .collect_fast import accept
 from .decoding import StructDTO
-from .project_settings import clean_name, clean_timezone, listed
+from .project_settings import clean_label, clean_name, clean_timezone, listed
 from .ratelimit import client_ip
 from .views import build_dashboard
 
@@ -165,13 +165,14 @@ class ProjectController(Controller):
         self, request: Request[Any, Any, Any], state: State, data: JSONBody[s.CreateKey]
     ) -> s.KeyCreated:
         user = asking_user(request)
+        label = clean_label(data.label)
         await owned_project(state, user, data.project_id)
-        key, record = await state.storage.run(state.store.create_key, data.project_id, data.label)
+        key, record = await state.storage.run(state.store.create_key, data.project_id, label)
         state.registry.apply(record)
         return s.KeyCreated(
             api_key=key,
             id=record.id,
-            label=data.label or UNTITLED_LABEL,
+            label=label or UNTITLED_LABEL,
             key_preview=key_preview(key),
             created_at=iso(record.updated_at),  # a new key's creation is its last change
         )

@@ -17,8 +17,16 @@ def rows(settings: Settings | None = None) -> list[tuple[str, str]]:
     s = settings or Settings()
     cap = s.max_body_bytes
     return [
-        ("project `name`", "required, 2–60 characters"),
-        ("key `label`", "1–60 characters; default `Untitled` (a project's first key: `Default`)"),
+        (
+            "project `name`",
+            "required, 2–60 characters once surrounding whitespace is trimmed; no control "
+            "characters, not only invisible ones (spaces, U+200B and other format characters)",
+        ),
+        (
+            "key `label`",
+            "optional, 1–60 characters once trimmed, the same characters as a name; default "
+            "`Untitled` (a project's first key: `Default`)",
+        ),
         ("`projectId`, `keyId`", "24 lowercase hex characters"),
         (
             "`days` (dashboard)",

@@ -12,7 +12,7 @@ import re
 from typing import get_args
 
 from ..domain.metrics import MAX_DAYS
-from ..domain.projects import NAME_RULE
+from ..domain.projects import LABEL_RULE, NAME_RULE
 from ..domain.ranges import Compare
 from ..query.breakdown import MAX_LIMIT, By
 
@@ -28,7 +28,7 @@ _LENGTH_RULES = {
     "referrer": "must be at most 4096 characters",
     "sessionId": "must be at most 200 characters",
     "visitorId": "must be at most 200 characters",
-    "label": "must be 1 to 60 characters",
+    "label": LABEL_RULE,
 }
 # The values of the query parameters that take one of a list (Litestar checks them).
 ENUM_CHOICES: dict[str, tuple[str, ...]] = {

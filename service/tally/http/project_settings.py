@@ -41,6 +41,16 @@ def clean_name(name: str) -> str:
         raise _invalid(exc.field, exc.message) from None
 
 
+def clean_label(label: str | None) -> str | None:
+    """A key's label as stored (None: not given, the default label)."""
+    if label is None:
+        return None
+    try:
+        return rules.clean_label(label)
+    except rules.InvalidProject as exc:
+        raise _invalid(exc.field, exc.message) from None
+
+
 async def clean_timezone(state: State, timezone: str) -> str:
     """An IANA zone that the engine knows too (the dashboard computes its days there)."""
     store: ProjectStore = state.store
@@ -53,19 +63,20 @@ async def clean_timezone(state: State, timezone: str) -> str:
     return timezone
 
 
-# What the checks above enforce, as JSON Schema: trimmed names of 2-60 characters, and the IANA
-# zones by name.
+# What the checks above enforce, as JSON Schema: trimmed names of 2-60 characters and labels of
+# 1-60 (no control characters, not only invisible ones), and the IANA zones by name.
 
 
 def document_project_fields(components: dict[str, Schema]) -> None:
-    """Add the name pattern and the zone list to the project bodies' OpenAPI schemas."""
+    """Add the name and label patterns and the zone list to the bodies' OpenAPI schemas."""
     zones = sorted(rules.iana_zones())
-    for body in ("CreateProject", "UpdateProject"):
+    for body in ("CreateProject", "UpdateProject", "CreateKey"):
         schema = components.get(body)
         if schema is None or not schema.properties:
             continue
         for field, change in (
             ("name", {"pattern": rules.NAME_PATTERN}),
+            ("label", {"pattern": rules.LABEL_PATTERN}),
             ("timezone", {"enum": zones}),
         ):
             for target in _string_schemas(schema.properties.get(field)):

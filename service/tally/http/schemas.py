@@ -24,7 +24,11 @@ ProjectName = Annotated[
 Timezone = Annotated[
     str, Meta(max_length=64, description="IANA time zone, e.g. Europe/Berlin (default UTC)")
 ]
-KeyLabel = Annotated[str, Meta(min_length=1, max_length=60)]
+# Labels the same way: trimmed, then 1-60 characters (domain/projects.py).
+KeyLabel = Annotated[
+    str,
+    Meta(max_length=200, description="1 to 60 characters once surrounding whitespace is trimmed"),
+]
 Days = Annotated[int, Meta(ge=1, le=MAX_DAYS, description="lookback window in UTC calendar days")]
 
 EventName = Annotated[str, Meta(min_length=1, max_length=100)]
