@@ -223,6 +223,77 @@ def test_serve_without_migrate_uses_the_schema_in_place(tmp_path):
     assert served.stop() == 0, (tmp_path / served.log.name).read_text()
 
 
+@pytest.mark.slow
+def test_a_second_serve_on_the_same_data_folder_is_refused_plainly(tmp_path):
+    """The embedded engine allows one process: a second `tally serve` on the folder of a running
+    one failed deep in the engine ("the schema could not be applied"). It now refuses before
+    opening anything, naming the folder and the process that holds it; the first serves on."""
+    first = Server(tmp_path)
+    try:
+        env = clean_env(tmp_path, TALLY_DATA_DIR=str(tmp_path), TALLY_JWT_SECRET="s" * 32)
+        second = subprocess.run(
+            [*TALLY, "serve", "--port", str(free_port())],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert second.returncode != 0
+        assert (
+            f"the data folder {tmp_path.resolve()} is in use by another Tally process "
+            f"(PID {first.proc.pid})"
+        ) in second.stderr, second.stderr
+        assert "schema could not be applied" not in second.stderr
+        assert httpx.get(f"{first.url}/api/health", timeout=10).status_code == 200
+    finally:
+        assert first.stop() == 0
+    # The lock goes with the process that held it: the folder serves again.
+    assert Server(tmp_path).stop() == 0
+
+
+HOLD = """
+import os, sys, time
+from pathlib import Path
+from tally.supervision import hold_lock
+assert hold_lock(Path(sys.argv[1])) is None
+if os.fork() == 0:  # a worker: it has the lock's descriptor too, and outlives us a moment
+    time.sleep(float(sys.argv[2]))
+    os._exit(0)
+print("held", flush=True)
+if sys.argv[3] == "die":
+    os._exit(0)  # as after kill -9: the worker still holds the lock
+time.sleep(60)
+"""
+TAKE = "import sys; from pathlib import Path; from tally.supervision import hold_lock; "
+TAKE += "print(hold_lock(Path(sys.argv[1])))"
+
+
+def test_the_data_folder_lock_names_a_live_holder_and_waits_out_a_dead_ones_worker(tmp_path):
+    """Two real processes on one lock file: a live holder is named at once; one that died (its
+    worker still exiting, as after kill -9) is waited for, so that a restart starts."""
+    lock = str(tmp_path / "clickhouse.lock")
+    live = subprocess.Popen(
+        [*TALLY[:1], "-c", HOLD, lock, "0.1", "live"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert live.stdout.readline().strip() == "held"
+        started = time.monotonic()
+        taken = subprocess.run([*TALLY[:1], "-c", TAKE, lock], capture_output=True, text=True)
+        assert taken.stdout.strip() == str(live.pid), taken.stderr
+        assert time.monotonic() - started < 5  # not waited for: it is alive
+    finally:
+        live.kill()
+        live.wait()
+    dead = subprocess.Popen(
+        [*TALLY[:1], "-c", HOLD, lock, "2", "die"], stdout=subprocess.PIPE, text=True
+    )
+    assert dead.stdout.readline().strip() == "held"
+    dead.wait()
+    taken = subprocess.run([*TALLY[:1], "-c", TAKE, lock], capture_output=True, text=True)
+    assert taken.stdout.strip() == "None", taken.stderr
+
+
 def test_token_never_creates_a_secret(tmp_path):
     """With no secret where it looks, `tally token` fails, naming the folder and the fix, and
     leaves nothing behind (a secret of its own would sign tokens no server accepts)."""

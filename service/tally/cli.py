@@ -119,6 +119,8 @@ def serve(host: str, port: int, workers: int, migrate: bool) -> None:
             "tally: the embedded ClickHouse engine allows one process, so --workers must be 1. "
             "Point TALLY_CLICKHOUSE_URL at a ClickHouse server to run several workers."
         )
+    if settings.embedded:
+        _hold_engine_folder(settings)
     if settings.dev_mode:
         dev_secret(settings)
         log.warning(
@@ -155,6 +157,33 @@ def serve(host: str, port: int, workers: int, migrate: bool) -> None:
     )
     log.info("Tally listening on http://%s:%d", host, port)
     server.serve()
+
+
+def _hold_engine_folder(settings: Settings) -> None:
+    """The embedded engine allows one process per folder: lock it for this server (held until it
+    exits; its migrate child and its worker open the engine under it), or refuse to start,
+    naming the process that holds it, before anything opens the engine."""
+    from .storage.client import parse_url
+    from .supervision import hold_lock
+
+    try:
+        engine = Path(parse_url(settings.storage_url, settings.clickhouse_database).path)
+    except ValueError as exc:
+        raise SystemExit(f"tally: invalid TALLY_CLICKHOUSE_URL: {exc}") from None
+    # Next to the engine's folder (by default <data dir>/clickhouse.lock), not inside it.
+    holder = hold_lock(engine.with_name(engine.name + ".lock"))
+    if holder is None:
+        return
+    process = f"PID {holder}" if holder else "its PID unknown"
+    if engine.is_relative_to(settings.data_path):
+        folder, other = f"the data folder {settings.data_path}", "TALLY_DATA_DIR"
+    else:
+        folder, other = f"the embedded ClickHouse folder {engine}", "TALLY_CLICKHOUSE_URL"
+    raise SystemExit(
+        f"tally: {folder} is in use by another Tally process ({process}); the embedded "
+        f"ClickHouse engine allows one process per folder. Stop that server first, or give this "
+        f"one another {other}."
+    )
 
 
 def _tally() -> str:

@@ -10,6 +10,11 @@ parent change. Nothing acknowledged is lost by that: an event is acknowledged on
 
 granian binds its listening socket with ``SO_REUSEPORT``, so a second server on a taken port would
 start and share the traffic. :func:`port_is_free` binds without it first.
+
+The embedded ClickHouse engine allows one process per folder: a second ``tally serve`` on it failed
+deep in the engine ("the schema could not be applied"). :func:`hold_lock` takes an exclusive
+``flock`` on a lock file next to the engine's folder, before the engine is opened, and holds it for
+the life of the server, so that the second one can say plainly who holds it.
 """
 
 from __future__ import annotations
@@ -17,12 +22,15 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import fcntl
 import logging
 import os
 import signal
 import socket
 import sys
 import threading
+import time
+from pathlib import Path
 
 log = logging.getLogger("tally")
 
@@ -106,3 +114,42 @@ def port_is_free(host: str, port: int) -> bool:
                     return False
                 raise
     return True
+
+
+# Lock files this process holds until it exits (the kernel drops a flock with its descriptor).
+_held: list[int] = []
+
+
+def hold_lock(path: Path, orphan_grace: float = 10.0) -> int | None:
+    """Take an exclusive lock on ``path`` (created if needed) for the rest of this process's life
+    and write this process's PID in it. Returns None once held; else the PID written by the
+    process that holds it (0 if it cannot be read). A lock whose writer has died is still held
+    by its workers until they exit, which they do at once (:func:`exit_with_parent`): that is
+    waited for, up to ``orphan_grace`` seconds, so that a restart right after a ``kill -9``
+    starts."""
+    deadline = time.monotonic() + orphan_grace
+    while True:
+        holder = _try_lock(path)
+        if holder is None:
+            return None
+        if (holder and _parent_alive(holder)) or time.monotonic() >= deadline:
+            return holder
+        time.sleep(0.1)
+
+
+def _try_lock(path: Path) -> int | None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            holder = int(os.read(fd, 32).decode().strip() or 0)
+        except (OSError, ValueError):
+            holder = 0
+        os.close(fd)
+        return holder
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    _held.append(fd)
+    return None
