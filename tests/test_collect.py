@@ -326,6 +326,46 @@ def test_peer_address_without_forwarded_for(client, project):
     )
 
 
+@pytest.mark.parametrize(
+    ("forwarded", "ip", "country"),
+    [
+        ("8.8.8.8:1234", "8.8.8.8", "US"),  # a port after the address is left out
+        ("8.8.8.8:1234, 10.0.0.1", "8.8.8.8", "US"),
+        ("[2a00:1450:4001:80b::200e]:443", "2a00:1450:4001:80b::200e", "DE"),
+        ("[2a00:1450:4001:80b::200e]", "2a00:1450:4001:80b::200e", "DE"),
+        ("2a00:1450:4001:80b::200e, 10.0.0.1", "2a00:1450:4001:80b::200e", "DE"),
+        # Not an address: the socket peer instead (the test client's is "testclient").
+        ("garbage", "testclient", "Unknown"),
+        ("unknown, 8.8.8.8", "testclient", "Unknown"),
+        (" , 8.8.8.8", "testclient", "Unknown"),
+        ("999.1.1.1", "testclient", "Unknown"),
+        ("8.8.8.8:http", "testclient", "Unknown"),
+        ("[8.8.8.8]:80", "testclient", "Unknown"),
+        ("2a00:1450::zz", "testclient", "Unknown"),
+        ("<script>", "testclient", "Unknown"),
+    ],
+)
+@pytest.mark.parametrize("key_in", ["header", "query"])  # the fast path, the Litestar route
+def test_forwarded_for_is_stored_only_when_it_is_an_address(
+    client, project, forwarded, ip, country, key_in
+):
+    project_id, key = project
+    headers = {"content-type": "application/json", "x-forwarded-for": forwarded}
+    if key_in == "header":
+        response = client.post(
+            "/api/collect", content=json.dumps(one()), headers=headers | {"x-api-key": key}
+        )
+    else:
+        response = client.post(
+            f"/api/collect?apiKey={key}", content=json.dumps(one()), headers=headers
+        )
+    assert response.status_code == 202, response.text
+    row = stored(
+        client, "SELECT ip, country FROM {db}.events WHERE project_id = {p:String}", p=project_id
+    )
+    assert row == [(ip, country)]
+
+
 def test_metadata_wins_over_user_agent(client, project):
     project_id, key = project
     post(

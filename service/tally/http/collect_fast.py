@@ -41,6 +41,7 @@ from .auth import Unauthorized
 from .decoding import _KEY_COUNTERS, StructDTO, check_body
 from .errors import EXCEPTION_HANDLERS, error_response
 from .limits import PayloadTooLarge, cap_for
+from .ratelimit import forwarded_address
 from .schemas import Accepted, CollectBody
 from .timeouts import BodyTimeout
 
@@ -196,13 +197,13 @@ class _Gone(Exception):
 
 
 def _client_ip(scope: Scope) -> str:
-    """http/ratelimit.client_ip on the raw scope: first address of x-forwarded-for, else the
-    socket peer."""
+    """http/ratelimit.client_ip on the raw scope: first address of x-forwarded-for when it is
+    one, else the socket peer."""
     forwarded = _header(scope, b"x-forwarded-for")
     if forwarded:
-        first = forwarded.decode("latin-1").split(",", 1)[0].strip()
-        if first:
-            return first
+        address = forwarded_address(forwarded.decode("latin-1"))
+        if address is not None:
+            return address
     client = scope.get("client")
     return str(client[0]) if client else ""
 

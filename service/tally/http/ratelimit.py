@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 import math
+import re
 import time
+from functools import lru_cache
 from typing import Any
 
 from limits import RateLimitItem, parse
@@ -41,9 +44,40 @@ def _parse(value: str) -> RateLimitItem | None:
 
 
 def client_ip(connection: ASGIConnection[Any, Any, Any, Any]) -> str:
-    """First address of x-forwarded-for, else the socket peer."""
-    forwarded = connection.headers.get("x-forwarded-for", "")
-    first = forwarded.split(",", 1)[0].strip()
-    if first:
-        return first
+    """First address of x-forwarded-for when it is one, else the socket peer."""
+    address = forwarded_address(connection.headers.get("x-forwarded-for", ""))
+    if address is not None:
+        return address
     return connection.client.host if connection.client else ""
+
+
+_PORT = re.compile(r"^[0-9]{1,5}$")
+
+
+@lru_cache(maxsize=4096)
+def forwarded_address(header: str) -> str | None:
+    """The client address an ``x-forwarded-for`` value names first, when that is an IPv4 or IPv6
+    address, as written there (``203.0.113.7``, ``2001:db8::1``); a port after it is left out
+    (``203.0.113.7:443``, ``[2001:db8::1]:443``, as some proxies send). None for anything else
+    (``garbage``, ``unknown``, empty), so that the socket peer is used instead. The header is
+    trusted as the contract says (Tally runs behind a proxy that sets it); only its form is
+    checked."""
+    first = header.split(",", 1)[0].strip()
+    version = None
+    if first.startswith("["):  # [IPv6] or [IPv6]:port
+        host, closed, rest = first[1:].partition("]")
+        if not closed or (rest and not (rest[:1] == ":" and _PORT.match(rest[1:]))):
+            return None
+        first, version = host, 6
+    elif first.count(":") == 1:  # IPv4:port (an IPv6 address has at least two colons)
+        host, _, port = first.partition(":")
+        if not _PORT.match(port):
+            return None
+        first, version = host, 4
+    try:
+        address = ipaddress.ip_address(first)
+    except ValueError:
+        return None
+    if version is not None and address.version != version:
+        return None
+    return first
