@@ -65,11 +65,23 @@ def test_valid_hs256(client):
         pytest.param(lambda: unsigned(claims()), id="alg none"),
         pytest.param(lambda: hs(claims())[:-4] + "AAAA", id="tampered signature"),
         pytest.param(lambda: hs(claims(nbf=int(time.time()) + 600)), id="not yet valid"),
+        # Times are JSON numbers (RFC 7519 NumericDate), never strings or booleans.
+        pytest.param(lambda: hs(claims(exp="9999999999")), id="exp a string of digits"),
+        pytest.param(lambda: hs(claims(exp=str(int(time.time()) + 600))), id="exp a string"),
+        pytest.param(lambda: hs(claims(nbf=str(int(time.time()) - 60))), id="nbf a string"),
+        pytest.param(lambda: hs(claims(iat=str(int(time.time())))), id="iat a string"),
+        pytest.param(lambda: hs(claims(iat=True)), id="iat a boolean"),
     ],
 )
 def test_invalid_hs256(client, tok):
     response = client.get("/api/projects", headers=bearer(tok()))
     assert (response.status_code, response.json()) == (401, {"error": "Unauthorized"})
+
+
+def test_times_may_be_any_json_number(client):
+    now = time.time()
+    assert status(client, hs(claims(exp=now + 600.5, iat=now - 0.25, nbf=now - 1.5))) == 200
+    assert status(client, hs(claims(exp=int(now) + 600, nbf=int(now) - 60))) == 200
 
 
 def test_leeway_of_thirty_seconds(client):

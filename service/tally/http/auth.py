@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from typing import Any
 
@@ -115,10 +116,22 @@ class SessionVerifier:
             )
         except jwt.PyJWTError:
             raise Unauthorized from None
+        # PyJWT reads these with int(), so "exp": "9999999999" passed; RFC 7519 makes each a
+        # NumericDate, a JSON number.
+        if not all(_numeric_date(claims[name]) for name in TIME_CLAIMS if name in claims):
+            raise Unauthorized
         sub = claims.get("sub")
         if not isinstance(sub, str) or not sub:
             raise Unauthorized
         return sub
+
+
+TIME_CLAIMS = ("exp", "nbf", "iat")
+
+
+def _numeric_date(value: Any) -> bool:
+    """A JSON number (RFC 7519 NumericDate): not a string of digits, not true or false."""
+    return type(value) in (int, float) and math.isfinite(value)
 
 
 def issue_token(secret: str, sub: str, ttl: int = 3600, **claims: Any) -> str:
