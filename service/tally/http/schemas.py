@@ -47,7 +47,9 @@ OccurredAt = Annotated[
     str,
     Meta(
         pattern=ISO_DATETIME,
-        description="ISO 8601 datetime; without an offset it is UTC",
+        description=(
+            "ISO 8601 datetime; without an offset it is UTC; not before 1970-01-01T00:00:00Z"
+        ),
         extra_json_schema={"format": "date-time"},
     ),
 ]
