@@ -389,7 +389,7 @@ def test_upgrade_to_012_numbers_the_first_values_of_rows_written_before(chdb_pat
     the reference model's."""
     with upgraded_halfway(chdb_path, 12, seed=35) as (storage, project, now, events, applied):
         db = storage.database
-        assert applied == ["012_session_first_values"]
+        assert applied == [m.name for m in load_migrations()[11:]]  # 012 and those after it
 
         def check() -> None:
             for by in SESSION_DIMS:
