@@ -3,9 +3,10 @@
 Each file is idempotent on its own (``IF NOT EXISTS``), and the record lets ``tally migrate``
 report what is new. Applying everything twice changes nothing. A migration already recorded (same
 checksum) has its DDL applied again, which is cheap and idempotent, but not its one-time
-backfills (``INSERT ... SELECT`` over what is stored): those ran when it was applied and its views
-keep the table since. Run at every ``tally serve`` start, schema 012's read every stored event
-again (about 20 s at 11M events) and added a second copy of its rows to ``sessions_quarter``
+backfills (``INSERT ... SELECT`` over what is stored, ``MATERIALIZE PROJECTION`` for the parts
+stored before): those ran when it was applied and its views and projections keep up since. Run
+at every ``tally serve`` start, schema 012's read every stored event again (about 20 s at 11M
+events) and added a second copy of its rows to ``sessions_quarter``
 until merges combined them (session-dimension breakdowns about half as fast meanwhile).
 
 The same files serve one node (embedded engine or a ClickHouse server) and a cluster. On one
@@ -336,7 +337,7 @@ def migrate(storage: Storage, retention_days: int = 0) -> list[str]:
             if recorded and _BACKFILL.match(statement):
                 continue  # a one-time backfill: it ran when the migration was applied
             storage.command(statement)
-        if before.get(migration.version) != migration.checksum:
+        if not recorded:
             storage.insert(
                 f"{storage.database}.schema_migrations",
                 [[migration.version], [migration.name], [migration.checksum]],
