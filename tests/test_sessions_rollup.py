@@ -462,7 +462,8 @@ def test_events_sent_together_keep_their_order_at_the_same_millisecond(chdb_path
             "exitPage": ["/a2", "/b2"],
         }
         for by, values in expected.items():
-            query = Query(project, 1, now, dimension=by, limit=10)
+            # Two days: an hour before now is yesterday in the first hour of a UTC day.
+            query = Query(project, 2, now, dimension=by, limit=10)
             row = {"visitors": 1, "pageviews": 3, "events": 3}
             assert _rollup(storage, query) == [{"value": v, **row} for v in values], by
     finally:
