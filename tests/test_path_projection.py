@@ -137,9 +137,7 @@ def test_a_path_filter_reads_the_projection_and_gets_the_same_numbers(client, te
     _same_either_way(client.app.state.storage, _queries(project_id, now, page), PROJECTION)
 
 
-def test_a_country_or_browser_filter_reads_its_projection_and_gets_the_same_numbers(
-    client, tenant
-):
+def test_a_country_or_browser_filter_reads_its_projection_and_gets_the_same_numbers(client, tenant):
     project_id, now, _ = tenant
 
     def q(raw: list, **kw) -> Query:
