@@ -11,9 +11,10 @@
 -- visitor hash), sorted by (project_id, referrer, occurred_at): `referrer != ''` is then a key
 -- range that leaves out the events without one, and ClickHouse reads it instead of the table
 -- because it reads fewer granules. Measured on the 11M-event tenant of scripts/speed_load.py
--- (the same fetch with and without the projection, interleaved in one process, medians of 7):
--- 423 -> 120 ms, the same rows; 70 MiB for 11M events, beside the table's other projections
--- (by_path 225 MiB, by_audience 137 MiB); MATERIALIZE of the stored parts 5.4 s. Views that need
+-- (scripts/projection_ab.py <tenant> 7 bd_referrer: with and without projections, interleaved
+-- in one process): 138 against 403 ms, the same rows; 70 MiB for 11M events, beside the table's
+-- other projections (by_path 225 MiB, by_audience 136 MiB; system.projection_parts). Over HTTP,
+-- the benchmark's p95 at 10M: 489 -> 159 ms (README, the schema 015 paragraph). Views that need
 -- other columns (the filtered views, a referrer filter) cannot read it and read what they read
 -- before. tests/test_path_projection.py compares both reads.
 --

@@ -1,6 +1,6 @@
 """One-off A/B timing of `events`' projections on the tenant scripts/speed_load.py loaded: the
 same storage-level fetches with ClickHouse free to read a projection (A) and with
-``optimize_use_projections = 0`` (B, the table alone, as before schemas 013 and 014), interleaved
+``optimize_use_projections = 0`` (B, the table alone, as before schemas 013 to 015), interleaved
 run by run in one process so that the shared machine's noise falls on both alike. The answers of
 A and B are compared too. Not part of the package.
 
@@ -45,18 +45,20 @@ def main() -> None:
     only = args[2:]
     with_projections = Storage(parse_url(f"chdb://{folder}"), pool_size=8)
     table_only = Storage(parse_url(f"chdb://{folder}"), pool_size=8)
-    for client in table_only._clients:
-        if prefers:
-            client.set_client_setting("preferred_optimize_projection_name", prefers)
-        else:
-            client.set_client_setting("optimize_use_projections", "0")
+    if prefers:
+        table_only.set_setting("preferred_optimize_projection_name", prefers)
+    else:
+        table_only.set_setting("optimize_use_projections", "0")
     project = (folder.parent / "project.txt").read_text().strip()
     now = datetime.now(UTC)
 
     def q(**kw) -> Query:
         return Query(project, now=now, days=90, **kw)
 
-    cases: dict[str, object] = {"bd_path": lambda s: fetch_breakdown(s, q(dimension="path"))}
+    cases: dict[str, object] = {
+        f"bd_{by}": lambda s, by=by: fetch_breakdown(s, q(dimension=by))
+        for by in ("path", "referrer", "event")
+    }
     for dim, raw in FILTERS.items():
         f = parse_filters(raw)
 

@@ -174,6 +174,12 @@ class Storage:
         finally:
             self._pool.put(client)
 
+    def set_setting(self, name: str, value: str) -> None:
+        """A setting on every client of the pool, for every call after (scripts/projection_ab.py
+        reads a tenant with and without projections this way)."""
+        for client in self._clients:
+            client.set_client_setting(name, value)
+
     def close(self) -> None:
         for client in self._clients:
             with suppress(Exception):
