@@ -74,6 +74,36 @@ def test_applied_backfills_do_not_run_again_at_the_next_start(chdb_path):
         storage.close()
 
 
+# Every schema file's checksum as released. `tally migrate` records it; a file whose checksum
+# changed (a comment is enough) counts as not applied, and its one-time backfills (INSERT ...
+# SELECT, MATERIALIZE PROJECTION) run again at the next start of every deployment. A change goes
+# in a new numbered file, whose checksum is added here when it lands.
+RELEASED = {
+    1: "d6f325b724c4b5d6",
+    2: "39bc2010c2974eff",
+    3: "050cedbc3baf551b",
+    4: "9f4774daa1140b45",
+    5: "f1084c81e68f8873",
+    6: "41e85bcfa3fb4db6",
+    7: "768d0436ec9a05b2",
+    8: "4ae5099de9f01868",
+    9: "9d82b552e60e1f15",
+    10: "3c6bec39e67d6994",
+    11: "e269f0658146a13a",
+    12: "59002a9393b45a63",
+    13: "c8623bc369b58a72",
+    14: "b96c90d9e4fc2fec",
+    15: "472846f45021a40b",
+}
+
+
+def test_released_schema_files_never_change():
+    now = {m.version: m.checksum for m in load_migrations()}
+    changed = sorted(v for v, c in RELEASED.items() if now.get(v) != c)
+    assert not changed, f"schema files {changed} changed after release; add a new file instead"
+    assert now.keys() == RELEASED.keys(), "a new schema file: add its checksum to RELEASED"
+
+
 def test_schema_ships_with_the_package():
     folder = schema_dir()
     assert (folder / "001_events.sql").is_file()
