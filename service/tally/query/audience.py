@@ -35,7 +35,7 @@ def kept(query: Query) -> str:
     """The rows of the window whose values match every filter (``f0``, ``f1``, ... as in
     query/filtered.py), bots left out when the project says so."""
     matched = "".join(
-        " AND " + match(f"toString({AUDIENCE_COLUMNS[f.dimension.name]})", f, f"f{i}")
+        " AND " + match(AUDIENCE_COLUMNS[f.dimension.name], f, f"f{i}")
         for i, f in enumerate(query.filters)
     )
     return f"{WINDOW}{bots(query)}{matched}"

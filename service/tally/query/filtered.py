@@ -131,10 +131,7 @@ def kept_conditions(query: Query, rollup: bool = True) -> tuple[str, str]:
             )
             sessions = _sessions(query, values)
             session = f"skey IN (SELECT skey FROM ({sessions}) WHERE {matched})"
-    events = [
-        match(f"toString({f.dimension.column})", f, names[id(f)])
-        for f in event_filters(query.filters)
-    ]
+    events = [match(f.dimension.column, f, names[id(f)]) for f in event_filters(query.filters)]
     return session, " AND ".join(events) or "1"
 
 

@@ -42,7 +42,9 @@ def hit(expr: str, flt: Filter, param: str) -> str:
     values = f"{{{param}:Array(String)}}"
     if flt.substring:
         return f"arrayExists(v -> position(lowerUTF8({expr}), lowerUTF8(v)) > 0, {values})"
-    return f"has({values}, {expr})"
+    # ``IN`` a constant set rather than ``has``: on a LowCardinality column it is decided once
+    # per distinct value (its dictionary), and the sort keys' index reads it as key ranges.
+    return f"({expr} IN {values})"
 
 
 def match(h: str, flt: Filter, param: str) -> str:
