@@ -24,9 +24,19 @@ T = TypeVar("T")
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
-# Settings applied to every call. Tally batches inserts itself, so server-side async inserts
-# would only add latency, and its acknowledgement must mean "stored".
-SESSION_SETTINGS: dict[str, Any] = {"async_insert": 0}
+# Settings applied to every call.
+SESSION_SETTINGS: dict[str, Any] = {
+    # Tally batches inserts itself, so server-side async inserts would only add latency, and
+    # its acknowledgement must mean "stored".
+    "async_insert": 0,
+    # A filtered view keeps the sessions with a kept event by a semi-join on their keys
+    # (``session_hash IN (SELECT ...)``, query/filtered.py), hundreds of thousands of random
+    # hashes under a filter on a common country or browser. Checked against the sort key's
+    # index, such a set skips nothing (every granule holds some of them) and the check took a
+    # quarter of the query. Sets of more keys than this are not used for the index; smaller
+    # ones (the latest events' sessions, a filter's value hashes) still are.
+    "use_index_for_in_with_subqueries_max_values": 10_000,
+}
 
 # Added in cluster mode, where Tally's tables are Distributed tables over replicated local ones.
 CLUSTER_SETTINGS: dict[str, Any] = {
