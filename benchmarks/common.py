@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -188,13 +188,22 @@ def serve(
     try:
         wait_up(proc, f"{url}/api/health", Path(log.name), "tally serve", timeout=120, step=0.2)
         yield Server(url, port, proc)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+    except BaseException as exc:
+        _stop(proc, log)
+        # The data folder (often a temporary one) goes with the run: what the server said goes
+        # with the error.
+        exc.add_note(f"the end of tally serve's log:\n{Path(log.name).read_text()[-2000:]}")
+        raise
+    _stop(proc, log)
+
+
+def _stop(proc: subprocess.Popen[str], log: IO[str]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
 
 
 def write_results(results: dict[str, Any], name: str = "latest.json") -> Path:

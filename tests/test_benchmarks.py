@@ -12,8 +12,16 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
 import pytest
-from benchmarks.common import bench_url, drop_bench_database, flatten, lost_events, percentile
+from benchmarks.common import (
+    bench_url,
+    drop_bench_database,
+    flatten,
+    lost_events,
+    percentile,
+    serve,
+)
 from benchmarks.dashboard import add_growth, size_label
 from benchmarks.generate import generate, settle_merges
 from benchmarks.ingest import parse_wrk, tree_cpu_s
@@ -271,6 +279,21 @@ def test_smoke_run_of_the_export_benchmark():
         row = results["export"][fmt]
         # Every figure comes from an export that carried all the events (checked in the run).
         assert row["events_per_s"] > 0 and row["bytes"] > 0 and row["seconds"] > 0
+
+
+def test_a_failure_while_serving_carries_the_end_of_the_server_log(tmp_path):
+    # The suite serves from temporary folders that go with the run; a request that fails
+    # (an export cut off mid-stream, say) must still say what the server logged.
+    with (
+        pytest.raises(RuntimeError, match="a request failed") as caught,
+        serve(tmp_path, log_level="INFO") as server,
+    ):
+        httpx.get(f"{server.url}/api/health").raise_for_status()
+        raise RuntimeError("a request failed")
+    notes = "\n".join(getattr(caught.value, "__notes__", []))
+    assert "the end of tally serve's log" in notes
+    assert "Tally listening on" in notes
+    assert server.proc.poll() is not None  # and the server was stopped
 
 
 def test_runs_against_a_server_get_their_own_databases(tmp_path):

@@ -6,6 +6,7 @@ response. A client that goes away stops the query."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +26,8 @@ from ..storage import export as export_storage
 from ..storage.export import FORMATS, ExportSpec
 from .access import asking_user, owned_project, project_route
 from .ratelimit import RateLimits
+
+log = logging.getLogger("tally.export")
 
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
@@ -152,12 +155,19 @@ async def _stream(
 
     async def body() -> AsyncIterator[bytes]:
         finished = False
+        sent = 0
         try:
             chunk = first
             while chunk is not None:
                 yield chunk
+                sent += len(chunk)
                 chunk = await loop.run_in_executor(executor, next, source, None)
             finished = True
+        except Exception as exc:
+            # The 200 and part of the file are out: the client gets a body cut off short of
+            # its end, and the operator this line.
+            log.warning("export %s cut off after %d bytes: %s", spec.marker, sent, exc)
+            raise
         finally:
             if not finished:
                 _stop(loop, executor, source, storage, spec)
