@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,7 +27,7 @@ from litestar.status_codes import HTTP_202_ACCEPTED
 
 from tally.http.schemas import Accepted, CollectBody
 
-from .common import free_port, wait_up
+from .common import free_port, stop, wait_up
 
 _decode = msgspec.json.Decoder(CollectBody).decode
 
@@ -98,12 +97,7 @@ def serve_bare(log_dir: Path, workers: int = 1) -> Iterator[str]:
         wait_up(proc, f"{url}/health", Path(log.name), "the bare app", timeout=60, step=0.1)
         yield url
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        stop(proc, log, timeout=30)
 
 
 def main() -> None:

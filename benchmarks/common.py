@@ -189,18 +189,19 @@ def serve(
         wait_up(proc, f"{url}/api/health", Path(log.name), "tally serve", timeout=120, step=0.2)
         yield Server(url, port, proc)
     except BaseException as exc:
-        _stop(proc, log)
+        stop(proc, log)
         # The data folder (often a temporary one) goes with the run: what the server said goes
         # with the error.
         exc.add_note(f"the end of tally serve's log:\n{Path(log.name).read_text()[-2000:]}")
         raise
-    _stop(proc, log)
+    stop(proc, log)
 
 
-def _stop(proc: subprocess.Popen[str], log: IO[str]) -> None:
+def stop(proc: subprocess.Popen[str], log: IO[str], timeout: float = 60) -> None:
+    """SIGTERM ``proc`` (a served process), kill it after ``timeout`` seconds, close its log."""
     proc.send_signal(signal.SIGTERM)
     try:
-        proc.wait(timeout=60)
+        proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
     log.close()
