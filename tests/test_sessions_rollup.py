@@ -28,7 +28,7 @@ from tally.storage.breakdown import fetch_breakdown
 from tally.storage.client import Storage, parse_url
 from tally.storage.migrate import load_migrations, migrate
 from tally.storage.purge import purge_project
-from test_filters_wired import as_tuple, sent, traffic
+from test_filters_wired import as_tuple, got_dashboard, sent, traffic
 from test_local_time import COLUMNS, _duration, store
 
 SESSION_DIMS = [name for name, d in DIMENSIONS.items() if d.is_session]
@@ -468,3 +468,45 @@ def test_events_sent_together_keep_their_order_at_the_same_millisecond(chdb_path
             assert _rollup(storage, query) == [{"value": v, **row} for v in values], by
     finally:
         storage.close()
+
+
+def test_a_session_passes_by_its_first_value_not_by_a_later_row(client):
+    """A session's rows of sessions_quarter each carry the value of their own first event; a
+    filter keeps the session by the first of them, never by a later row's. Here three sessions,
+    each over two 15-minute buckets: Google first then Bing (kept), Bing first then Google (not
+    kept), Google alone (kept): sessions, events and rows as counted by hand."""
+    project_id, _ = new_project(client)
+    now = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2)
+    start = now.replace(minute=0, second=0) - timedelta(hours=3)
+    events = []
+    for n, sources in enumerate((("Google", "Bing"), ("Bing", "Google"), ("Google", "Google"))):
+        for i, source in enumerate(sources):
+            at = start + timedelta(minutes=n + 20 * i, milliseconds=n)
+            events.append(
+                ref.Ev(
+                    "pageview",
+                    at,
+                    path=f"/{n}/{i}",
+                    session_id=f"s{n}",
+                    visitor_id=f"v{n}",
+                    source=source,
+                    channel="Organic Search",
+                )
+            )
+    store(client, project_id, sent(events))
+    storage = client.app.state.storage
+    for raw in ([["is", "source", ["Google"]]], [["contains", "source", ["GOO"]]]):
+        query = Query(project_id, 7, now, filters=parse_filters(json.dumps(raw)))
+        summary = got_dashboard(client, query)["summary"]
+        assert (summary["uniqueSessions"], summary["totalEvents"], summary["bounceRate"]) == (
+            2,
+            4,
+            0,
+        ), raw
+        by_source = Query(project_id, 7, now, filters=query.filters, dimension="source")
+        assert _rollup(storage, by_source) == [
+            {"value": "Google", "visitors": 2, "pageviews": 4, "events": 4}
+        ], raw
+        by_path = Query(project_id, 7, now, filters=query.filters, dimension="entryPage")
+        want = [{"value": f"/{n}/0", "visitors": 1, "pageviews": 2, "events": 2} for n in (0, 2)]
+        assert _rollup(storage, by_path) == want == _reference(events, by_path, raw), raw
