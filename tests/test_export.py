@@ -15,10 +15,12 @@ import uuid
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+import httpx
 import pyarrow.parquet as pq
 import pytest
 
 from conftest import auth, new_project, stored
+from served import Server
 from storage_modes import CLUSTER
 
 FIRST, LAST = date(2026, 1, 10), date(2026, 1, 12)
@@ -514,3 +516,55 @@ def test_a_client_that_goes_away_stops_the_query(
             # Parquet: the file was still being written; the query is killed, not left to finish.
             assert time.monotonic() < deadline, "the export's query still runs"
             time.sleep(0.2)
+
+
+# --- a slow reader ----------------------------------------------------------------------------
+
+
+def test_a_slow_reader_gets_the_whole_export(tmp_path: Any) -> None:
+    """TALLY_BODY_TIMEOUT_SECONDS bounds reading a request's body, not the time a response
+    takes to stream: a real ``tally serve`` with a 1 s deadline streams an export of about 25 MB
+    whole to a client that stops reading for longer than that after its first chunk (the
+    server's sends wait meanwhile on full socket buffers). A deadline that also bounded the
+    streamed response's wait for a disconnect cut such an export off mid-body, as an
+    "incomplete chunked read" at the client."""
+    server = Server(tmp_path, TALLY_BODY_TIMEOUT_SECONDS="1")
+    try:
+        created = httpx.post(
+            f"{server.url}/api/projects", json={"name": "slow"}, headers=auth("slow")
+        ).json()
+        project, key = created["projectId"], created["apiKey"]
+        long_path = "/" + "p" * 2000
+        start = datetime(2026, 1, 11, tzinfo=UTC)
+        with httpx.Client(timeout=60) as http:
+            for batch in range(40):
+                events = [
+                    {
+                        "name": "pageview",
+                        "path": long_path,
+                        "url": "https://example.com" + long_path + "?q=" + "u" * 2000,
+                        "occurredAt": ms(start + timedelta(seconds=100 * batch + i)),
+                    }
+                    for i in range(100)
+                ]
+                answer = http.post(
+                    f"{server.url}/api/collect", json={"events": events}, headers={"x-api-key": key}
+                )
+                assert answer.status_code == 202, answer.text
+            deadline = time.monotonic() + 120
+            while http.get(f"{server.url}/api/health").json()["backlog"]["events"]:
+                assert time.monotonic() < deadline, "the ingest log was not loaded"
+                time.sleep(0.1)
+            with http.stream(
+                "GET", f"{server.url}/api/export?projectId={project}&{RANGE}", headers=auth("slow")
+            ) as response:
+                assert response.status_code == 200
+                chunks = response.iter_bytes()
+                body = next(chunks)
+                time.sleep(2.5)  # past the body deadline, with the server's sends waiting
+                body += b"".join(chunks)
+        lines = body.decode().splitlines()
+        assert len(body) > 20_000_000
+        assert len(lines) == 1 + 4000  # the header and every event
+    finally:
+        server.stop()

@@ -1,7 +1,10 @@
 """A deadline for reading a request body, against slow-loris clients that trickle bytes.
 
 granian bounds the time to read the headers; this bounds the body: once the application first
-asks for it, the whole body must arrive within ``seconds`` or the request is answered 408.
+asks for it, the whole body must arrive within ``seconds`` or the request is answered 408. Once
+it has arrived, what the application receives next is the client going away: a streamed
+response (the export) listens for that for as long as it streams, with no deadline, or every
+response streaming for longer than ``seconds`` would be cut off mid-body.
 """
 
 from __future__ import annotations
@@ -27,17 +30,23 @@ def body_deadline(seconds: float) -> Any:
                 await app(scope, receive, send)
                 return
             deadline: list[float] = []
+            arrived = False  # the whole body: its last http.request message was received
 
             async def receive_in_time() -> Any:
+                nonlocal arrived
+                if arrived:
+                    return await receive()
                 if not deadline:
                     deadline.append(asyncio.get_running_loop().time() + seconds)
                 # asyncio.timeout_at cancels the awaited receive itself (one timer, no extra
                 # task); the server's receive answers a cancellation at once.
                 try:
                     async with asyncio.timeout_at(deadline[0]):
-                        return await receive()
+                        message = await receive()
                 except TimeoutError:
                     raise BodyTimeout from None
+                arrived = message["type"] != "http.request" or not message.get("more_body")
+                return message
 
             await app(scope, receive_in_time, send)
 
