@@ -568,3 +568,19 @@ def test_a_slow_reader_gets_the_whole_export(tmp_path: Any) -> None:
         assert len(lines) == 1 + 4000  # the header and every event
     finally:
         server.stop()
+
+
+def test_a_parquet_file_slower_to_write_than_the_body_deadline_is_sent(
+    make_client: Any, user: str
+) -> None:
+    """On the embedded engine a Parquet file is written whole before its first byte is sent;
+    meanwhile the export watches for the client going away. That wait has no deadline either:
+    with a body deadline of 50 ms, a 300,000-event file (longer than that to write) still comes
+    back whole, not as a 499 for a client that never left."""
+    rows = 300_000
+    with make_client(body_timeout_seconds=0.05) as client:
+        project, _ = new_project(client, user)
+        _fill(client, project, rows)
+        response = export(client, user, f"projectId={project}&{RANGE}&format=parquet")
+        assert response.status_code == 200, response.text
+        assert pq.ParquetFile(io.BytesIO(response.content)).metadata.num_rows == rows
