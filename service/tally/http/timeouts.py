@@ -29,19 +29,19 @@ def body_deadline(seconds: float) -> Any:
             if scope["type"] != "http" or seconds <= 0:
                 await app(scope, receive, send)
                 return
-            deadline: list[float] = []
+            deadline: float | None = None  # set when the application first asks for the body
             arrived = False  # the whole body: its last http.request message was received
 
             async def receive_in_time() -> Any:
-                nonlocal arrived
+                nonlocal deadline, arrived
                 if arrived:
                     return await receive()
-                if not deadline:
-                    deadline.append(asyncio.get_running_loop().time() + seconds)
+                if deadline is None:
+                    deadline = asyncio.get_running_loop().time() + seconds
                 # asyncio.timeout_at cancels the awaited receive itself (one timer, no extra
                 # task); the server's receive answers a cancellation at once.
                 try:
-                    async with asyncio.timeout_at(deadline[0]):
+                    async with asyncio.timeout_at(deadline):
                         message = await receive()
                 except TimeoutError:
                     raise BodyTimeout from None
