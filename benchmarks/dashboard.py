@@ -112,7 +112,7 @@ def _worker(url: str, events: int, repeat: int, with_queries: bool = False) -> d
         rows: dict[str, Any] = dict(
             zip(
                 raw_sql,
-                await asyncio.gather(*(storage.aquery(sql, params) for sql in raw_sql.values())),
+                await asyncio.gather(*(storage.report(sql, params) for sql in raw_sql.values())),
                 strict=True,
             )
         )

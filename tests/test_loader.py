@@ -5,6 +5,8 @@ tests/faults/test_wal_crash.py."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -272,3 +274,43 @@ def test_a_stopping_service_loads_its_log(make_client, tmp_path):
         ) == [(4,)]
     finally:
         storage.close()
+
+
+# A query that takes 3 s of the engine's time and no CPU: six blocks of one row, half a second
+# each (the engine caps a sleep at 3 s per block).
+SLOW_REPORT = "SELECT sum(sleepEachRow(0.5)) FROM numbers(6) SETTINGS max_block_size = 1"
+
+
+def test_events_load_and_health_answers_while_reports_keep_every_thread_busy(make_client):
+    """Dashboards and breakdowns run on a lane of their own (storage/client.py): while slow
+    reports hold every thread of that lane, with more queued, and other work holds every thread
+    of the event loop's default executor, an acknowledged event is still loaded and the health
+    check still answers. Before, all three shared the default executor: the INSERT and the health
+    check waited for the reports."""
+    with make_client(clickhouse_pool_size=4, log_seal_age_ms=3_600_000) as client:
+        client.wait_for_load = False
+        project_id, key = new_project(client)
+        storage = client.app.state.storage
+        portal = client.blocking_portal
+        lane = storage.report_threads
+        reports = [portal.start_task_soon(storage.report, SLOW_REPORT) for _ in range(lane + 2)]
+        release = threading.Event()
+
+        async def hold_default_executor() -> None:
+            await asyncio.gather(*(asyncio.to_thread(release.wait, 60) for _ in range(40)))
+
+        held = portal.start_task_soon(hold_default_executor)
+        try:
+            response = client.post("/api/collect", json=batch("r", 5), headers={"x-api-key": key})
+            assert response.status_code == 202
+            client.load(timeout=60)
+            health = client.get("/api/health")
+            # Both answered while the reports were still running or waiting for a thread.
+            pending = sum(not report.done() for report in reports)
+            assert health.status_code == 200, health.text
+            assert pending > 0, "the reports ended first: the test proved nothing"
+        finally:
+            release.set()
+            held.result(timeout=60)
+            assert [report.result(timeout=60) for report in reports] == [[(0,)]] * (lane + 2)
+        assert count(client, project_id, "r") == 5

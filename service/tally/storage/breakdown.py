@@ -16,6 +16,6 @@ async def fetch_breakdown(storage: Storage, query: Query) -> list[tuple[Any, ...
     """(value, visitors, pageviews, events) rows of ``query.dimension``, best first."""
     if query.filters and breakdown_table(query) == RAW:
         sql = filtered.breakdown_sql(query).replace("{db}", storage.database)
-        return await storage.aquery(sql, filtered.parameters(query))
+        return await storage.report(sql, filtered.parameters(query))
     sql = breakdown_sql(query).replace("{db}", storage.database)
-    return await storage.aquery(sql, breakdown_parameters(query))
+    return await storage.report(sql, breakdown_parameters(query))

@@ -8,9 +8,11 @@ module sees the same :class:`Storage` API whichever it is.
 from __future__ import annotations
 
 import asyncio
+import functools
 import queue
 import re
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -152,11 +154,24 @@ def connect(target: Target, database: str | None = None, cluster: str = "") -> C
     )
 
 
+# Threads of the control lane (:meth:`Storage.run`): projects, keys, access checks, health.
+CONTROL_THREADS = 4
+
+
 class Storage:
-    """A pool of clients on one target. Calls are blocking; ``run`` moves them off the loop.
+    """A pool of clients on one target. Calls are blocking; ``run`` and ``report`` move them off
+    the loop, each on a lane of threads of its own.
 
     clickhouse-connect serialises the calls of one client object, so concurrency comes from
     holding several: each thread borrows one for the length of a call.
+
+    The *report* lane (:meth:`report`; half the pool's clients) answers dashboards, breakdowns
+    and the query API: statements that may each take seconds under a filter on a large tenant.
+    The *control* lane (:meth:`run`) runs the short statements: access checks, projects and
+    keys, health. Both shared the event loop's default executor before (a few threads): four
+    users opening filtered dashboards on a 10M-event tenant queued a health check for up to 6 s,
+    longer than a container health check waits, and the loader's INSERT behind them (the loader
+    has a thread of its own, storage/loader.py). Now a slow report waits only for other reports.
     """
 
     def __init__(self, target: Target, pool_size: int = 4, cluster: str = "") -> None:
@@ -175,6 +190,9 @@ class Storage:
             client = connect(target, cluster=cluster)
             self._clients.append(client)
             self._pool.put(client)
+        self.report_threads = max(1, pool_size // 2)
+        self._control = ThreadPoolExecutor(CONTROL_THREADS, thread_name_prefix="tally-control")
+        self._reports = ThreadPoolExecutor(self.report_threads, thread_name_prefix="tally-report")
 
     @contextmanager
     def client(self) -> Iterator[Client]:
@@ -191,6 +209,8 @@ class Storage:
             client.set_client_setting(name, value)
 
     def close(self) -> None:
+        for lane in (self._control, self._reports):
+            lane.shutdown(wait=False, cancel_futures=True)
         for client in self._clients:
             with suppress(Exception):
                 client.close()
@@ -239,10 +259,19 @@ class Storage:
 
     # --- async API ---------------------------------------------------------------------------
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a blocking storage call in a worker thread."""
-        return await asyncio.to_thread(fn, *args, **kwargs)
+        """Run a short blocking storage call on the control lane."""
+        call = functools.partial(fn, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._control, call)
 
     async def aquery(
         self, sql: str, parameters: dict[str, Any] | None = None
     ) -> list[tuple[Any, ...]]:
+        """A short query on the control lane."""
         return await self.run(self.query, sql, parameters)
+
+    async def report(
+        self, sql: str, parameters: dict[str, Any] | None = None
+    ) -> list[tuple[Any, ...]]:
+        """A query of a dashboard, breakdown or the query API, on the report lane."""
+        call = functools.partial(self.query, sql, parameters)
+        return await asyncio.get_running_loop().run_in_executor(self._reports, call)

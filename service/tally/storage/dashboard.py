@@ -57,7 +57,7 @@ async def fetch(storage: Storage, query: Query) -> DashboardRows:
         name: sql.replace("{db}", storage.database)
         for name, sql in dashboard_sql(query, plan).items()
     }
-    results = await asyncio.gather(*(storage.aquery(sql, params) for sql in queries.values()))
+    results = await asyncio.gather(*(storage.report(sql, params) for sql in queries.values()))
     return assemble(dict(zip(queries, results, strict=True)))
 
 
@@ -94,7 +94,7 @@ async def fetch_summary(storage: Storage, query: Query) -> DashboardRows:
         for name, sql in sqls.items()
         if name in SUMMARY_PARTS
     }
-    results = await asyncio.gather(*(storage.aquery(sql, params) for sql in queries.values()))
+    results = await asyncio.gather(*(storage.report(sql, params) for sql in queries.values()))
     found: dict[str, Rows] = dict(zip(queries, results, strict=True))
     if query.raw:
         facts = found.pop("facts", []) + found.pop("facts_audience", [])
@@ -150,7 +150,7 @@ async def fetch_raw(storage: Storage, query: Query) -> DashboardRows:
     recent = queries.pop("recent")
     results = await asyncio.gather(
         latest_events(storage, query, params, recent),
-        *(storage.aquery(sql, params) for sql in queries.values()),
+        *(storage.report(sql, params) for sql in queries.values()),
     )
     found = dict(zip(("recent", *queries), results, strict=True))
     facts = found.pop("facts") + found.pop("facts_audience", [])
@@ -170,10 +170,10 @@ async def latest_events(
     hold fewer than RECENT_LIMIT kept events."""
     latest = filtered.latest_kept_sql(query, candidates)
     if latest is not None:
-        rows = await storage.aquery(latest.replace("{db}", storage.database), params)
+        rows = await storage.report(latest.replace("{db}", storage.database), params)
         if len(rows) >= RECENT_LIMIT:
             return rows
-    return await storage.aquery(recent, params)
+    return await storage.report(recent, params)
 
 
 def _raw_rows(r: dict[str, Rows]) -> DashboardRows:

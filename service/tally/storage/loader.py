@@ -18,6 +18,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .ingestlog import IngestLog, Pause, Segment, _no_pause, read_segment
@@ -48,6 +49,9 @@ class Loader:
         self.backoff_max = max(backoff_min, backoff_max)
         self._pause = pause
         self._task: asyncio.Task[None] | None = None
+        # The loader's own thread (from start to stop): an INSERT never queues behind dashboard
+        # queries or any other call of the process in a shared pool of threads.
+        self._thread: ThreadPoolExecutor | None = None
         self._stopping = False
         self._idle = asyncio.Event()
         # Counters for the health endpoint, benchmarks and tests.
@@ -60,6 +64,7 @@ class Loader:
 
     def start(self) -> None:
         if self._task is None:
+            self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tally-loader")
             self._task = asyncio.get_running_loop().create_task(self._run(), name="tally-loader")
 
     async def stop(self, timeout: float) -> None:
@@ -77,6 +82,9 @@ class Loader:
                 await self._task
         finally:
             self._task = None
+            if self._thread is not None:
+                self._thread.shutdown(wait=False)
+                self._thread = None
         left = self.log.sealed()
         if left:
             log.warning(
@@ -95,14 +103,14 @@ class Loader:
             await self._idle.wait()
 
     async def _run(self) -> None:
-        await asyncio.to_thread(self.log.adopt)
+        await self._blocking(self.log.adopt)
         adopted_at = time.monotonic()
         backoff = self.backoff_min
         while True:
             await self.log.seal()
             if time.monotonic() - adopted_at >= ADOPT_INTERVAL:
                 adopted_at = time.monotonic()
-                await asyncio.to_thread(self.log.adopt)
+                await self._blocking(self.log.adopt)
             segments = self.log.sealed()
             failed = False
             for segment in segments:
@@ -142,8 +150,12 @@ class Loader:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.log.changed.wait(), max(wait, 0.001))
 
+    async def _blocking(self, fn: Callable[..., None], *args: object) -> None:
+        """``fn(*args)`` on the loader's own thread."""
+        await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+
     async def _load(self, segment: Segment) -> None:
-        await asyncio.to_thread(self._load_blocking, segment)
+        await self._blocking(self._load_blocking, segment)
         self.log.forget(segment)
 
     def _load_blocking(self, segment: Segment) -> None:

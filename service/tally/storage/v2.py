@@ -18,7 +18,7 @@ async def fetch_v2(
     sqls = {k: v.replace("{db}", storage.database) for k, v in v2_sql(query, dimensions).items()}
     params = filtered.parameters(query)
     events, sessions = await asyncio.gather(
-        *(storage.aquery(sqls[k], params) for k in ("events", "sessions"))
+        *(storage.report(sqls[k], params) for k in ("events", "sessions"))
     )
     n = len(dimensions)
     per_session = {tuple(str(v) for v in r[:n]): r[n + 1 :] for r in sessions}
