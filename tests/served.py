@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from conftest import JWT_SECRET
+from conftest import JWT_SECRET, token
 
 
 def free_port() -> int:
@@ -74,6 +74,31 @@ class Server:
     def workers(self) -> list[int]:
         """PIDs of the server's granian workers (its child processes)."""
         return children(self.proc.pid)
+
+    def new_project(self, user: str, name: str) -> tuple[str, str]:
+        """(project id, API key) of a new project of ``user``."""
+        created = httpx.post(
+            f"{self.url}/api/projects",
+            json={"name": name},
+            headers={"authorization": f"Bearer {token(user)}"},
+        )
+        assert created.status_code == 201, created.text
+        return created.json()["projectId"], created.json()["apiKey"]
+
+    def collect(self, key: str, events: list[dict]) -> None:
+        """POST ``events`` to collect (batches of 100) and return once they are all loaded."""
+        with httpx.Client(timeout=60) as http:
+            for start in range(0, len(events), 100):
+                answer = http.post(
+                    f"{self.url}/api/collect",
+                    json={"events": events[start : start + 100]},
+                    headers={"x-api-key": key},
+                )
+                assert answer.status_code == 202, answer.text
+            deadline = time.monotonic() + 120
+            while http.get(f"{self.url}/api/health").json()["backlog"]["events"]:
+                assert time.monotonic() < deadline, "the ingest log was not loaded"
+                time.sleep(0.1)
 
     def kill(self) -> None:
         os.killpg(self.proc.pid, signal.SIGKILL)  # granian's workers too: a machine crash

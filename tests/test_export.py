@@ -530,39 +530,32 @@ def test_a_slow_reader_gets_the_whole_export(tmp_path: Any) -> None:
     "incomplete chunked read" at the client."""
     server = Server(tmp_path, TALLY_BODY_TIMEOUT_SECONDS="1")
     try:
-        created = httpx.post(
-            f"{server.url}/api/projects", json={"name": "slow"}, headers=auth("slow")
-        ).json()
-        project, key = created["projectId"], created["apiKey"]
+        project, key = server.new_project("slow", "slow")
         long_path = "/" + "p" * 2000
         start = datetime(2026, 1, 11, tzinfo=UTC)
-        with httpx.Client(timeout=60) as http:
-            for batch in range(40):
-                events = [
-                    {
-                        "name": "pageview",
-                        "path": long_path,
-                        "url": "https://example.com" + long_path + "?q=" + "u" * 2000,
-                        "occurredAt": ms(start + timedelta(seconds=100 * batch + i)),
-                    }
-                    for i in range(100)
-                ]
-                answer = http.post(
-                    f"{server.url}/api/collect", json={"events": events}, headers={"x-api-key": key}
-                )
-                assert answer.status_code == 202, answer.text
-            deadline = time.monotonic() + 120
-            while http.get(f"{server.url}/api/health").json()["backlog"]["events"]:
-                assert time.monotonic() < deadline, "the ingest log was not loaded"
-                time.sleep(0.1)
-            with http.stream(
+        server.collect(
+            key,
+            [
+                {
+                    "name": "pageview",
+                    "path": long_path,
+                    "url": "https://example.com" + long_path + "?q=" + "u" * 2000,
+                    "occurredAt": ms(start + timedelta(seconds=i)),
+                }
+                for i in range(4000)
+            ],
+        )
+        with (
+            httpx.Client(timeout=60) as http,
+            http.stream(
                 "GET", f"{server.url}/api/export?projectId={project}&{RANGE}", headers=auth("slow")
-            ) as response:
-                assert response.status_code == 200
-                chunks = response.iter_bytes()
-                body = next(chunks)
-                time.sleep(2.5)  # past the body deadline, with the server's sends waiting
-                body += b"".join(chunks)
+            ) as response,
+        ):
+            assert response.status_code == 200
+            chunks = response.iter_bytes()
+            body = next(chunks)
+            time.sleep(2.5)  # past the body deadline, with the server's sends waiting
+            body += b"".join(chunks)
         lines = body.decode().splitlines()
         assert len(body) > 20_000_000
         assert len(lines) == 1 + 4000  # the header and every event

@@ -25,6 +25,7 @@ from .compare import (
     asked_query,
     earlier_query,
 )
+from .gone import while_connected
 
 ByParam = Annotated[By, QueryParameter(description="the dimension to break the window down by")]
 LimitParam = Annotated[int, QueryParameter(ge=1, le=MAX_LIMIT, description="rows, 1 to 1000")]
@@ -79,7 +80,7 @@ async def breakdown(
     )
     rows = [
         BreakdownRow(str(v), int(u), int(p), int(e))
-        for v, u, p, e in await fetch_breakdown(state.storage, query)
+        for v, u, p, e in await while_connected(request, fetch_breakdown(state.storage, query))
     ]
     if against is not None and rows:
         # The same rows in the other range: the query's filters and "by is one of these values"
@@ -88,7 +89,7 @@ async def breakdown(
         other = earlier_query(query, against, only)
         before = {
             str(v): (int(u), int(p), int(e))
-            for v, u, p, e in await fetch_breakdown(state.storage, other)
+            for v, u, p, e in await while_connected(request, fetch_breakdown(state.storage, other))
         }
         for row in rows:
             u, p, e = before.get(row.value, (0, 0, 0))

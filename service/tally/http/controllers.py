@@ -32,6 +32,7 @@ from .access import (
 from .auth import api_key_guard, session_guard
 from .collect_fast import accept
 from .decoding import StructDTO
+from .gone import while_connected
 from .project_settings import clean_label, clean_name, clean_timezone, listed
 from .ratelimit import client_ip
 from .views import build_dashboard
@@ -230,14 +231,18 @@ async def dashboard(
     # Taken before the queries: whatever it promises is loaded by the time they read.
     through = datetime.fromtimestamp(state.ingest.data_through_ms() / 1000, UTC)
     if against is None:
-        result = build_dashboard(await dashboard_queries.fetch(state.storage, query), query)
+        rows = await while_connected(request, dashboard_queries.fetch(state.storage, query))
+        result = build_dashboard(rows, query)
         result.data_through = iso(through)
         return compare.compared_dashboard(result, None, None)
     # The other range's summary does not depend on this one's: both are asked at once.
     earlier_query = compare.earlier_query(query, against)
-    rows, earlier_rows = await asyncio.gather(
-        dashboard_queries.fetch(state.storage, query),
-        dashboard_queries.fetch_summary(state.storage, earlier_query),
+    rows, earlier_rows = await while_connected(
+        request,
+        asyncio.gather(
+            dashboard_queries.fetch(state.storage, query),
+            dashboard_queries.fetch_summary(state.storage, earlier_query),
+        ),
     )
     result = build_dashboard(rows, query)
     result.data_through = iso(through)
@@ -306,4 +311,5 @@ async def health(state: State) -> s.Health:
             loaded_events=loader.loaded_events,
             failed_loads=loader.failures,
         ),
+        reports=s.ReportLane(threads=state.storage.report_threads, **state.storage.reports),
     )

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 from limits import RateLimitItem, parse
 from litestar import Request, get
 from litestar.datastructures import State
-from litestar.exceptions import HTTPException, ValidationException
+from litestar.exceptions import ValidationException
 from litestar.params import QueryParameter
 from litestar.response import Stream
 
@@ -25,6 +25,7 @@ from ..domain.ids import OBJECT_ID_PATTERN
 from ..storage import export as export_storage
 from ..storage.export import FORMATS, ExportSpec
 from .access import asking_user, owned_project, project_route
+from .gone import ClientGone, disconnected
 from .ratelimit import RateLimits
 
 log = logging.getLogger("tally.export")
@@ -120,15 +121,6 @@ def _limit(value: str) -> RateLimitItem | None:
     return parse(value) if value.strip() else None
 
 
-class ClientGone(HTTPException):
-    status_code = 499  # nginx's "client closed request": nobody is left to read it
-
-
-async def _disconnected(request: Request[Any, Any, Any]) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
 async def _stream(
     request: Request[Any, Any, Any], state: State, spec: ExportSpec
 ) -> AsyncIterator[bytes]:
@@ -141,7 +133,7 @@ async def _stream(
     loop = asyncio.get_running_loop()
     source: Iterator[bytes] = export_storage.chunks(storage, spec)
     reading: asyncio.Future[Any] = loop.run_in_executor(executor, next, source, None)
-    watching: asyncio.Future[Any] = asyncio.ensure_future(_disconnected(request))
+    watching: asyncio.Future[Any] = asyncio.ensure_future(disconnected(request))
     try:
         await asyncio.wait([reading, watching], return_when=asyncio.FIRST_COMPLETED)
         if not reading.done():

@@ -166,10 +166,20 @@ class IngestBacklog(Struct, rename="camel"):
     failed_loads: int
 
 
+class ReportLane(Struct, rename="camel"):
+    """This worker's report queries (dashboards, breakdowns, the query API)."""
+
+    threads: int  # how many run at once
+    waiting: int  # waiting for a thread now
+    running: int
+    stopped: int  # since start: their client went away, so never run or killed while running
+
+
 class Health(Struct):
     status: str
     storage: str
     backlog: IngestBacklog | None = None
+    reports: ReportLane | None = None
 
 
 # --- dashboard --------------------------------------------------------------------------------

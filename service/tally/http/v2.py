@@ -18,6 +18,7 @@ from ..query import Query
 from ..storage.v2 import fetch_v2
 from .access import asking_user, project_route, project_settings
 from .decoding import check_body
+from .gone import while_connected
 
 # The six metrics of a range with no (kept) events.
 NOTHING: dict[str, Any] = {
@@ -71,7 +72,7 @@ async def v2_query(request: Request[Any, Any, Any], state: State) -> V2Response:
         first=resolved.first_day,
         last=resolved.last_day,
     )
-    groups = await fetch_v2(state.storage, query, v2.dimensions)
+    groups = await while_connected(request, fetch_v2(state.storage, query, v2.dimensions))
     if not v2.dimensions and not groups:
         groups = {(): NOTHING}  # an aggregate is one row, as Plausible's: zeros when empty
     rows: list[tuple[list[str], dict[str, Any]]] = [

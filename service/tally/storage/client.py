@@ -11,6 +11,8 @@ import asyncio
 import functools
 import queue
 import re
+import threading
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
@@ -191,6 +193,10 @@ class Storage:
             self._clients.append(client)
             self._pool.put(client)
         self.report_threads = max(1, pool_size // 2)
+        # Reports waiting for a thread of their lane, running, and stopped because their caller
+        # left (never started, or killed while running): /api/health shows them.
+        self.reports = {"waiting": 0, "running": 0, "stopped": 0}
+        self._reports_lock = threading.Lock()
         self._control = ThreadPoolExecutor(CONTROL_THREADS, thread_name_prefix="tally-control")
         self._reports = ThreadPoolExecutor(self.report_threads, thread_name_prefix="tally-report")
 
@@ -272,6 +278,40 @@ class Storage:
     async def report(
         self, sql: str, parameters: dict[str, Any] | None = None
     ) -> list[tuple[Any, ...]]:
-        """A query of a dashboard, breakdown or the query API, on the report lane."""
-        call = functools.partial(self.query, sql, parameters)
-        return await asyncio.get_running_loop().run_in_executor(self._reports, call)
+        """A query of a dashboard, breakdown or the query API, on the report lane.
+
+        Cancelled (the request's client went away: http/gone.py), the query stops: one still
+        waiting for a thread never runs, one running is killed (found by the comment its text
+        starts with), so that views a user clicked past do not hold up the one they clicked to.
+        A comment rather than a setting: the embedded engine would apply a setting to the
+        client for the calls after too."""
+        comment = f"/* tally-report {uuid.uuid4().hex} */"
+
+        def call() -> list[tuple[Any, ...]]:
+            self._count(waiting=-1, running=1)
+            try:
+                return self.query(f"{comment} {sql}", parameters)
+            finally:
+                self._count(running=-1)
+
+        self._count(waiting=1)
+        job = self._reports.submit(call)
+        try:
+            return await asyncio.wrap_future(job)
+        except asyncio.CancelledError:
+            if job.cancel():  # still waiting for a thread: it never runs
+                self._count(waiting=-1, stopped=1)
+            elif not job.done():
+                # Not awaited: the caller is gone, and the KILL takes a few milliseconds.
+                self._count(stopped=1)
+                self._control.submit(self._kill, comment)
+            raise
+
+    def _count(self, **changes: int) -> None:
+        with self._reports_lock:
+            for name, change in changes.items():
+                self.reports[name] += change
+
+    def _kill(self, comment: str) -> None:
+        with suppress(Exception):
+            self.command("KILL QUERY WHERE startsWith(query, {m:String}) ASYNC", {"m": comment})

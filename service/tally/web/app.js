@@ -115,13 +115,32 @@
     503: "Tally's storage is unavailable right now. Try again shortly.",
   };
 
-  async function api(method, path, body) {
+  // The reads of the view on screen (GET and the query API): a new render aborts them, so that
+  // the server stops the queries of a view clicked past (README "Views clicked past stop").
+  let reads = new AbortController();
+
+  // A signal aborted with the view's reads, or sooner by its own abort() (a panel's older load).
+  function panelReads() {
+    const own = new AbortController();
+    reads.signal.addEventListener('abort', () => own.abort(), { once: true });
+    return own;
+  }
+
+  async function api(method, path, body, signal) {
     const headers = { authorization: `Bearer ${token.get()}` };
     if (body) headers['content-type'] = 'application/json';
+    const read = method === 'GET' || path === '/api/v2/query';
     let res;
     try {
-      res = await fetch(path, { method, headers, cache: 'no-store', body: body ? JSON.stringify(body) : undefined });
+      res = await fetch(path, {
+        method,
+        headers,
+        cache: 'no-store',
+        body: body ? JSON.stringify(body) : undefined,
+        signal: signal || (read ? reads.signal : undefined),
+      });
     } catch (e) {
+      if (e && e.name === 'AbortError') throw new ApiError(0, 'Left for another view.');
       throw new ApiError(0, 'Tally could not be reached. Check the connection and try again.');
     }
     if (res.status === 204) return null;
@@ -259,6 +278,8 @@
 
   function render(message, kind = 'error') {
     generation += 1;
+    reads.abort();
+    reads = new AbortController();
     for (const fn of cleanups) fn();
     cleanups = [];
     const value = token.get();
@@ -1063,14 +1084,19 @@
       load();
     }
 
+    let loading = null; // the older load of this panel, aborted by a newer one
+
     async function load() {
       const by = current;
+      if (loading) loading.abort();
+      loading = panelReads();
+      const signal = loading.signal;
       section.dataset.state = 'loading';
       section.dataset.by = by;
       body.replaceChildren(h('p', { class: 'muted', text: 'Loading…' }));
       let answer;
       try {
-        answer = await api('GET', `/api/breakdown?${apiQuery(project.id, r, { by, limit })}`);
+        answer = await api('GET', `/api/breakdown?${apiQuery(project.id, r, { by, limit })}`, undefined, signal);
       } catch (err) {
         if (gen !== generation || by !== current) return;
         section.dataset.state = 'error';

@@ -1,0 +1,50 @@
+"""A client that goes away before its answer: what it asked for stops.
+
+A site owner clicking through filters leaves each view before it is answered; every view asks
+several report queries (storage/client.py's report lane). Left running, the views clicked past
+hold up the one clicked to: on the 10M-event tenant, five abandoned source-filtered dashboards
+made the sixth take 9.9 s instead of 2.3 s. :func:`while_connected` cancels the handler's work
+when the client disconnects: the report queries still waiting for a thread never run, those
+running are killed, and the answer is 499 (nobody is left to read it)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from contextlib import suppress
+from typing import Any, TypeVar
+
+from litestar import Request
+from litestar.exceptions import HTTPException
+
+T = TypeVar("T")
+
+
+class ClientGone(HTTPException):
+    status_code = 499  # nginx's "client closed request": nobody is left to read it
+
+
+async def disconnected(request: Request[Any, Any, Any]) -> None:
+    """Returns once the client has disconnected (the body, if any, is read by then)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def while_connected(request: Request[Any, Any, Any], work: Awaitable[T]) -> T:
+    """``work``'s result; if the client disconnects first, ``work`` is cancelled and
+    :class:`ClientGone` raised."""
+    task = asyncio.ensure_future(work)
+    watching = asyncio.ensure_future(disconnected(request))
+    try:
+        await asyncio.wait([task, watching], return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:  # the handler itself is cancelled (a shutdown)
+        task.cancel()
+        raise
+    finally:
+        watching.cancel()
+    if not task.done():
+        task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
+        raise ClientGone(detail="Client closed request")
+    return task.result()
