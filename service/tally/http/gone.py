@@ -3,9 +3,10 @@
 A site owner clicking through filters leaves each view before it is answered; every view asks
 several report queries (storage/client.py's report lane). Left running, the views clicked past
 hold up the one clicked to: on the 10M-event tenant, five abandoned source-filtered dashboards
-made the sixth take 9.9 s instead of 2.3 s. :func:`while_connected` cancels the handler's work
-when the client disconnects: the report queries still waiting for a thread never run, those
-running are killed, and the answer is 499 (nobody is left to read it)."""
+made the sixth take 9.6 s instead of 2.2-2.5 s (scripts/lanes_load.py ... abandon 5; 5.2 s now).
+:func:`while_connected` cancels the handler's work when the client disconnects: the report
+queries still waiting for a thread never run, those running are killed, and the answer is 499
+(nobody is left to read it)."""
 
 from __future__ import annotations
 

@@ -210,7 +210,4 @@ def _spooled(storage: Storage, sql: str, params: dict[str, Any], marker: str) ->
 def cancel(storage: Storage, spec: ExportSpec) -> None:
     """Stop the export's query if it still runs (a client that went away)."""
     spec.stopped.set()
-    with suppress(Exception):
-        storage.command(
-            "KILL QUERY WHERE Settings['log_comment'] = {m:String} ASYNC", {"m": spec.comment}
-        )
+    storage.kill("Settings['log_comment'] = {m:String}", {"m": spec.comment})
