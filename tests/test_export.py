@@ -531,20 +531,7 @@ def test_a_slow_reader_gets_the_whole_export(tmp_path: Any) -> None:
     server = Server(tmp_path, TALLY_BODY_TIMEOUT_SECONDS="1")
     try:
         project, key = server.new_project("slow", "slow")
-        long_path = "/" + "p" * 2000
-        start = datetime(2026, 1, 11, tzinfo=UTC)
-        server.collect(
-            key,
-            [
-                {
-                    "name": "pageview",
-                    "path": long_path,
-                    "url": "https://example.com" + long_path + "?q=" + "u" * 2000,
-                    "occurredAt": ms(start + timedelta(seconds=i)),
-                }
-                for i in range(4000)
-            ],
-        )
+        server.collect(key, _long_events(datetime(2026, 1, 11, tzinfo=UTC), 4000))
         with (
             httpx.Client(timeout=60) as http,
             http.stream(
@@ -559,6 +546,57 @@ def test_a_slow_reader_gets_the_whole_export(tmp_path: Any) -> None:
         lines = body.decode().splitlines()
         assert len(body) > 20_000_000
         assert len(lines) == 1 + 4000  # the header and every event
+    finally:
+        server.stop()
+
+
+def _long_events(start: datetime, count: int) -> list[dict[str, Any]]:
+    """``count`` pageviews of about 6 KB of CSV each: an export larger than socket buffers."""
+    long_path = "/" + "p" * 2000
+    return [
+        {
+            "name": "pageview",
+            "path": long_path,
+            "url": "https://example.com" + long_path + "?q=" + "u" * 2000,
+            "occurredAt": ms(start + timedelta(seconds=i)),
+        }
+        for i in range(count)
+    ]
+
+
+def test_slow_downloads_hold_no_client_the_rest_of_tally_waits_for(tmp_path: Any) -> None:
+    """An export is read at its downloader's pace, for as long as that takes. A real ``tally
+    serve`` with the smallest pool (two clients: one for the report lane, one for the rest)
+    streams three exports whose readers stop after the first chunk; meanwhile health answers,
+    a collected event is loaded, a dashboard and a fourth export are answered, and then the
+    three downloads finish whole. Exports took their client from the pool before: the first held
+    download left none for health, the loader or the next export until it ended."""
+    server = Server(tmp_path, TALLY_CLICKHOUSE_POOL_SIZE="2")
+    try:
+        project, key = server.new_project("slow", "slow")
+        server.collect(key, _long_events(datetime(2026, 1, 11, tzinfo=UTC), 4000))
+        url = f"{server.url}/api/export?projectId={project}&{RANGE}"
+        with contextlib.ExitStack() as held, httpx.Client(timeout=20) as http:
+            downloads = []
+            for _ in range(3):
+                client = held.enter_context(httpx.Client(timeout=20))
+                response = held.enter_context(client.stream("GET", url, headers=auth("slow")))
+                assert response.status_code == 200
+                chunks = response.iter_bytes()
+                downloads.append((next(chunks), chunks))  # then it stops reading
+            time.sleep(1)  # the server's sends wait on full socket buffers
+            assert http.get(f"{server.url}/api/health").status_code == 200
+            server.collect(key, [{"name": "pageview", "path": "/while-downloading"}])
+            dashboard = http.get(
+                f"{server.url}/api/dashboard?projectId={project}&days=90", headers=auth("slow")
+            )
+            assert dashboard.status_code == 200, dashboard.text
+            fourth = http.get(url, headers=auth("slow"))
+            assert fourth.status_code == 200
+            assert len(fourth.text.splitlines()) == 1 + 4000
+            for first, rest in downloads:
+                body = first + b"".join(rest)
+                assert len(body.decode().splitlines()) == 1 + 4000
     finally:
         server.stop()
 

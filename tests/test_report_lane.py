@@ -15,9 +15,12 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+import pytest
 
 from conftest import auth
 from served import Server
+from tally.config import load_settings
+from tally.storage.client import ReportTooLarge
 
 # About 500 s of the engine's time and no CPU: a query that ends only when it is killed.
 ENDLESS = "SELECT sum(sleepEachRow(0.5)) FROM numbers(1000) SETTINGS max_block_size = 1"
@@ -108,3 +111,124 @@ def test_requests_whose_clients_left_stop_their_queries(tmp_path: Any) -> None:
         assert "Traceback" not in log and " 500" not in log, log[-3000:]
     finally:
         server.stop()
+
+
+# Some 100 MiB of the engine's memory: three million distinct strings.
+HUNGRY = "SELECT uniqExact(toString(number)) FROM numbers(3000000)"
+
+
+def test_a_report_over_its_memory_cap_fails_alone(make_client):
+    """``TALLY_REPORT_MEMORY_MB`` caps each report query: over it the report is ReportTooLarge
+    (not the engine's out-of-memory for everyone), the same statement on the control lane is not
+    capped, and the lane answers the next report."""
+    with make_client(report_memory_mb=8) as client:
+        storage = client.app.state.storage
+        assert storage.report_memory == 8 * 2**20
+
+        async def scenario() -> tuple[Any, ...]:
+            try:
+                await storage.report(HUNGRY)
+            except ReportTooLarge as exc:
+                refused = exc
+            else:
+                raise AssertionError("the report ran past its cap")
+            return refused, await storage.aquery(HUNGRY), await storage.report("SELECT 42")
+
+        refused, uncapped, after = client.blocking_portal.call(scenario)
+        assert refused.limit_mib == 8
+        assert uncapped == [(3_000_000,)]
+        assert after == [(42,)]
+        assert storage.reports == {"waiting": 0, "running": 0, "stopped": 0}
+        health = client.get("/api/health").json()["reports"]
+        assert health["memoryMb"] == 8
+
+
+def test_the_default_cap_is_a_quarter_of_the_engines_memory(make_client):
+    with make_client() as client:
+        storage = client.app.state.storage
+        engine = storage.query(
+            "SELECT toUInt64(value) FROM system.server_settings"
+            " WHERE name = 'max_server_memory_usage'"
+        )[0][0]
+        assert engine > 0
+        assert storage.report_memory == engine // 4
+        assert client.get("/api/health").json()["reports"]["memoryMb"] == engine // 4 // 2**20
+
+
+def test_a_query_over_the_cap_is_answered_400_in_plain_words_and_ingestion_goes_on(
+    tmp_path: Any,
+) -> None:
+    """A real ``tally serve`` whose reports may use 1 MiB: the query API's four-dimension
+    breakdown is 400 naming the cap (never 503, which asks to retry, nor 500), logged for the
+    operator; events are still collected and loaded, and health answers."""
+    server = Server(tmp_path, TALLY_REPORT_MEMORY_MB="1")
+    try:
+        project, key = server.new_project("hungry", "hungry")
+        today = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+        events = [
+            {
+                "name": "pageview",
+                "path": f"/page/{i}",
+                "visitorId": f"v{i}",
+                "sessionId": f"s{i}",
+                "referrer": f"https://site{i}.example/",
+                "occurredAt": (today - timedelta(hours=i % 200)).isoformat().replace("+00:00", "Z"),
+            }
+            for i in range(2000)
+        ]
+        server.collect(key, events)
+        body = {
+            "site_id": project,
+            "metrics": ["visitors", "visits", "pageviews"],
+            "date_range": "28d",
+            "dimensions": ["time:hour", "event:page", "referrer", "visit:entry_page"],
+        }
+        with httpx.Client(timeout=120) as http:
+            answer = http.post(f"{server.url}/api/v2/query", json=body, headers=auth("hungry"))
+            assert answer.status_code == 400, answer.text
+            assert answer.json()["error"] == "Invalid payload"
+            (detail,) = answer.json()["details"]
+            assert detail["path"] == "$"
+            assert "needs more memory than one report may use (1 MiB" in detail["message"]
+            assert "TALLY_REPORT_MEMORY_MB" in detail["message"]
+            lane = http.get(f"{server.url}/api/health").json()["reports"]
+            assert lane["memoryMb"] == 1
+            assert lane["running"] == 0 and lane["waiting"] == 0
+        server.collect(key, [{**events[0], "path": "/after"}])  # loaded: ingestion goes on
+        log = (tmp_path / f"serve-{server.port}.log").read_text()
+        assert "POST /api/v2/query: a report needed more than its 1 MiB" in log, log[-3000:]
+        assert "Traceback" not in log, log[-3000:]
+    finally:
+        server.stop()
+
+
+def test_a_read_the_engine_fails_is_503_and_the_operator_is_told_why(make_client, caplog):
+    with make_client() as client:
+        project = client.post("/api/projects", json={"name": "gone"}, headers=auth("gone"))
+        project_id = project.json()["projectId"]
+        storage = client.app.state.storage
+        storage.command("RENAME TABLE events TO events_away")
+        try:
+            with caplog.at_level("WARNING", logger="tally.http"):
+                answer = client.get(
+                    f"/api/dashboard?projectId={project_id}&days=7", headers=auth("gone")
+                )
+        finally:
+            storage.command("RENAME TABLE events_away TO events")
+        assert answer.status_code == 503
+        assert answer.json() == {"error": "Storage unavailable"}
+        (line,) = [
+            r.getMessage() for r in caplog.records if "storage unavailable" in r.getMessage()
+        ]
+        assert line.startswith("storage unavailable on GET /api/dashboard: ")
+        assert "UNKNOWN_TABLE" in line or "events" in line, line
+        assert "\n" not in line
+        again = client.get(f"/api/dashboard?projectId={project_id}&days=7", headers=auth("gone"))
+        assert again.status_code == 200
+
+
+def test_a_negative_cap_is_refused_at_start_in_plain_words():
+    with pytest.raises(SystemExit, match=r"TALLY_REPORT_MEMORY_MB must be 0 .* got -1"):
+        load_settings(environ={"TALLY_REPORT_MEMORY_MB": "-1"}, env_file=None)
+    settings = load_settings(environ={"TALLY_REPORT_MEMORY_MB": "512"}, env_file=None)
+    assert settings.report_memory_mb == 512

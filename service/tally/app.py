@@ -131,7 +131,11 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
         target = parse_url(settings.storage_url, settings.clickhouse_database)
         log.info("storage: %s", target.description)
         storage = await asyncio.to_thread(
-            Storage, target, settings.clickhouse_pool_size, settings.clickhouse_cluster
+            Storage,
+            target,
+            settings.clickhouse_pool_size,
+            settings.clickhouse_cluster,
+            settings.report_memory_mb,
         )
         if migrate:
             await asyncio.to_thread(apply_schema, storage, settings.retention_days)

@@ -34,9 +34,12 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     clickhouse_cluster: str = ""
     # Days of events and rollups to keep (a ClickHouse TTL applied by migrate); 0 keeps all.
     retention_days: int = 0
-    # Clients in the pool: dashboard queries run concurrently on separate clients. The default
-    # holds all ten queries of one dashboard with room for the writer and project calls.
+    # Clients in the pool: half answer reports (dashboards, breakdowns, the query API), each
+    # query on a client of its own; the others the short statements and the loader.
     clickhouse_pool_size: int = 12
+    # Memory one report query (dashboard, breakdown, query API) may use, in MiB; 0: a quarter of
+    # the engine's max_server_memory_usage. A report over it is answered 400, alone.
+    report_memory_mb: int = 0
     # Working folder for the embedded engine and the dev-mode secret.
     data_dir: str = ".tally"
 
@@ -180,6 +183,11 @@ def load_settings(
             "tally: invalid configuration: TALLY_CLICKHOUSE_CLUSTER needs a ClickHouse server; "
             "the embedded engine (chdb://, the default TALLY_CLICKHOUSE_URL) has no cluster. "
             "Point TALLY_CLICKHOUSE_URL at a node of the cluster (http(s)://user:pw@host:port/db)."
+        )
+    if settings.report_memory_mb < 0:
+        raise SystemExit(
+            "tally: invalid configuration: TALLY_REPORT_MEMORY_MB must be 0 (a quarter of the "
+            f"engine's memory) or a number of MiB, got {settings.report_memory_mb}"
         )
     if settings.geoip_db and not Path(settings.geoip_db).expanduser().is_file():
         raise SystemExit(

@@ -311,5 +311,9 @@ async def health(state: State) -> s.Health:
             loaded_events=loader.loaded_events,
             failed_loads=loader.failures,
         ),
-        reports=s.ReportLane(threads=state.storage.report_threads, **state.storage.reports),
+        reports=s.ReportLane(
+            threads=state.storage.report_threads,
+            memory_mb=state.storage.report_memory // 2**20,
+            **state.storage.reports,
+        ),
     )

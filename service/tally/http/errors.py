@@ -16,6 +16,7 @@ from litestar.status_codes import (
 
 from ..domain.events import InvalidEvent
 from ..domain.query_errors import InvalidQuery
+from ..storage.client import ReportTooLarge
 from ..storage.ingestlog import LogFull
 from ..storage.writer import StorageUnavailable
 from .messages import plain
@@ -25,6 +26,7 @@ log = logging.getLogger("tally.http")
 
 INVALID_PAYLOAD = "Invalid payload"
 INVALID_QUERY = "Invalid query"
+COLLECT_PATH = "/api/collect"
 
 # Errors whose text the contract fixes, by status, when the raiser did not choose one.
 _DEFAULT_ERRORS = {
@@ -130,9 +132,31 @@ def invalid_query_handler(_: Request[Any, Any, Any], exc: InvalidQuery) -> Respo
     )
 
 
-def storage_handler(_: Request[Any, Any, Any], exc: Exception) -> Response[Error]:
+def report_too_large_handler(
+    request: Request[Any, Any, Any], exc: ReportTooLarge
+) -> Response[Error]:
+    """A report over the memory one report may use: asking again would fail again, so 400 (the
+    query string's or the JSON body's), saying what to change."""
+    log.warning("%s %s: %s", request.method, request.url.path, exc)
+    message = (
+        f"needs more memory than one report may use ({exc.limit_mib} MiB, "
+        "TALLY_REPORT_MEMORY_MB); ask for fewer dimensions, a shorter range or a narrower filter"
+    )
+    error = INVALID_PAYLOAD if request.method == "POST" else INVALID_QUERY
+    return error_response(HTTP_400_BAD_REQUEST, error, [ErrorDetail(path="$", message=message)])
+
+
+def storage_handler(request: Request[Any, Any, Any] | None, exc: Exception) -> Response[Error]:
+    """503 with ``Retry-After``. A read's failure is logged with the engine's reason (its first
+    line, without the statement it quotes); collect's are not: the ingest log says why it cannot
+    take events itself (full, unwritable), once rather than per request."""
     # At the log's cap the backlog drains only as fast as ClickHouse comes back: retry later.
     retry = "10" if isinstance(exc, LogFull) else "2"
+    # (collect's own handler passes no request)
+    if request is not None and request.url.path != COLLECT_PATH and not isinstance(exc, LogFull):
+        text = str(exc).strip()
+        reason = text.splitlines()[0][:300] if text else type(exc).__name__
+        log.warning("storage unavailable on %s %s: %s", request.method, request.url.path, reason)
     return error_response(
         HTTP_503_SERVICE_UNAVAILABLE, "Storage unavailable", headers={"Retry-After": retry}
     )
@@ -149,5 +173,6 @@ EXCEPTION_HANDLERS: dict[Any, Any] = {
     InvalidEvent: invalid_event_handler,
     InvalidQuery: invalid_query_handler,
     StorageUnavailable: storage_handler,
+    ReportTooLarge: report_too_large_handler,
     Exception: internal_handler,
 }

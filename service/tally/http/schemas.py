@@ -173,6 +173,7 @@ class ReportLane(Struct, rename="camel"):
     waiting: int  # waiting for a thread now
     running: int
     stopped: int  # since start: their client went away, so never run or killed while running
+    memory_mb: int  # memory one report may use (TALLY_REPORT_MEMORY_MB); 0: no cap
 
 
 class Health(Struct):

@@ -64,6 +64,20 @@ class StorageUnavailable(Exception):
     """ClickHouse could not be reached or failed to run a statement; the caller may retry."""
 
 
+class ReportTooLarge(Exception):
+    """A report needed more memory than one report may use (``TALLY_REPORT_MEMORY_MB``): asking
+    again will not help, asking for less will."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.limit_mib = limit_bytes // 2**20
+        super().__init__(f"a report needed more than its {self.limit_mib} MiB")
+
+
+# The engine's words for a query over its own ``max_memory_usage`` (26.x, then older versions);
+# the whole server over its limit ("(total)") stays StorageUnavailable: it passes.
+_OVER_QUERY_LIMIT = ("Query memory limit exceeded", "Memory limit (for query) exceeded")
+
+
 @contextmanager
 def _unavailable_on_failure() -> Iterator[None]:
     # Mistakes in Tally's own SQL (ProgrammingError) stay bugs; everything else the engine or
@@ -131,13 +145,18 @@ def parse_url(url: str, default_database: str = "tally") -> Target:
     return target
 
 
-def connect(target: Target, database: str | None = None, cluster: str = "") -> Client:
-    """One clickhouse-connect client. ``database=""`` connects without selecting one."""
+def connect(
+    target: Target,
+    database: str | None = None,
+    cluster: str = "",
+    settings: dict[str, Any] | None = None,
+) -> Client:
+    """One clickhouse-connect client. ``database=""`` connects without selecting one;
+    ``settings`` are added to every call of this client."""
     db = target.database if database is None else database
+    every_call = {**session_settings(cluster), **(settings or {})}
     if target.kind == "chdb":
-        client = clickhouse_connect.get_client(
-            dsn=f"chdb://{target.path}", settings=session_settings(cluster)
-        )
+        client = clickhouse_connect.get_client(dsn=f"chdb://{target.path}", settings=every_call)
         if db:
             client.command(f"CREATE DATABASE IF NOT EXISTS {db}")
             client.database = db
@@ -149,7 +168,7 @@ def connect(target: Target, database: str | None = None, cluster: str = "") -> C
         password=target.password,
         secure=target.secure,
         database=db or "default",
-        settings=session_settings(cluster),
+        settings=every_call,
         connect_timeout=5,
         send_receive_timeout=60,
         autogenerate_session_id=False,
@@ -167,8 +186,12 @@ class Storage:
     clickhouse-connect serialises the calls of one client object, so concurrency comes from
     holding several: each thread borrows one for the length of a call.
 
-    The *report* lane (:meth:`report`; half the pool's clients) answers dashboards, breakdowns
-    and the query API: statements that may each take seconds under a filter on a large tenant.
+    The *report* lane (:meth:`report`; half the pool's clients, its own) answers dashboards,
+    breakdowns and the query API: statements that may each take seconds under a filter on a large
+    tenant. Each of its queries may use at most ``report_memory_mb`` (by default a quarter of what
+    the engine allows all queries together): an analyst's four-dimension year, which grows with
+    the tenant, then fails alone with ReportTooLarge, not the dashboards and the loader's INSERT
+    running beside it when the engine as a whole runs out (in the embedded engine, the process).
     The *control* lane (:meth:`run`) runs the short statements: access checks, projects and
     keys, health. Both shared the event loop's default executor before (a few threads): four
     users opening filtered dashboards on a 10M-event tenant queued a health check for up to 5.5 s,
@@ -176,7 +199,9 @@ class Storage:
     has a thread of its own, storage/loader.py). Now a slow report waits only for other reports.
     """
 
-    def __init__(self, target: Target, pool_size: int = 4, cluster: str = "") -> None:
+    def __init__(
+        self, target: Target, pool_size: int = 4, cluster: str = "", report_memory_mb: int = 0
+    ) -> None:
         self.target = target
         self.database = target.database
         # The ClickHouse cluster the schema lives on ("" on one node): see storage/migrate.py.
@@ -186,13 +211,21 @@ class Storage:
         first = connect(target, database="")
         try:
             first.command(f"CREATE DATABASE IF NOT EXISTS {self.database}")
+            self.report_memory = report_memory_mb * 2**20 or _quarter_of_engine_memory(first)
         finally:
             first.close()
-        for _ in range(max(1, pool_size)):
+        self.report_threads = max(1, pool_size // 2)
+        for _ in range(max(1, pool_size - self.report_threads)):
             client = connect(target, cluster=cluster)
             self._clients.append(client)
             self._pool.put(client)
-        self.report_threads = max(1, pool_size // 2)
+        # The report lane's own clients, each with the lane's memory cap on every call.
+        self._report_pool: queue.LifoQueue[Client] = queue.LifoQueue()
+        capped = {"max_memory_usage": self.report_memory} if self.report_memory else {}
+        for _ in range(self.report_threads):
+            client = connect(target, cluster=cluster, settings=capped)
+            self._clients.append(client)
+            self._report_pool.put(client)
         # Reports waiting for a thread of their lane, running, and stopped because their caller
         # left (never started, or killed while running): /api/health shows them.
         self.reports = {"waiting": 0, "running": 0, "stopped": 0}
@@ -201,12 +234,27 @@ class Storage:
         self._reports = ThreadPoolExecutor(self.report_threads, thread_name_prefix="tally-report")
 
     @contextmanager
-    def client(self) -> Iterator[Client]:
-        client = self._pool.get()
+    def client(self, pool: queue.LifoQueue[Client] | None = None) -> Iterator[Client]:
+        pool = self._pool if pool is None else pool
+        client = pool.get()
         try:
             yield client
         finally:
-            self._pool.put(client)
+            pool.put(client)
+
+    @contextmanager
+    def own_client(self) -> Iterator[Client]:
+        """A client of its own, closed after, for a call that holds one for long: an export is
+        read at the pace of whoever downloads it, and slow downloads holding every client of
+        the pool kept the next export, the health check and the loader's INSERT waiting for one
+        until a download ended. A new client costs some 15 ms."""
+        with _unavailable_on_failure():
+            client = connect(self.target, cluster=self.cluster)
+        try:
+            yield client
+        finally:
+            with suppress(Exception):
+                client.close()
 
     def set_setting(self, name: str, value: str) -> None:
         """A setting on every client of the pool, for every call after (scripts/projection_ab.py
@@ -227,6 +275,17 @@ class Storage:
         with self.client() as client, _unavailable_on_failure():
             result = client.query(sql, parameters=parameters)
             return [tuple(row) for row in result.result_rows]
+
+    def _report_query(self, sql: str, parameters: dict[str, Any] | None) -> list[tuple[Any, ...]]:
+        """A query on a report client: over the lane's memory cap it is ReportTooLarge."""
+        try:
+            with self.client(self._report_pool) as client, _unavailable_on_failure():
+                result = client.query(sql, parameters=parameters)
+                return [tuple(row) for row in result.result_rows]
+        except StorageUnavailable as exc:
+            if any(words in str(exc) for words in _OVER_QUERY_LIMIT):
+                raise ReportTooLarge(self.report_memory) from exc
+            raise
 
     def command(self, sql: str, parameters: dict[str, Any] | None = None) -> Any:
         with self.client() as client, _unavailable_on_failure():
@@ -290,7 +349,7 @@ class Storage:
         def call() -> list[tuple[Any, ...]]:
             self._count(waiting=-1, running=1)
             try:
-                return self.query(f"{comment} {sql}", parameters)
+                return self._report_query(f"{comment} {sql}", parameters)
             finally:
                 self._count(running=-1)
 
@@ -317,3 +376,16 @@ class Storage:
         waiting for them to end; best effort: a failure is ignored, the query then runs on."""
         with suppress(Exception):
             self.command(f"KILL QUERY WHERE {condition} ASYNC", parameters)
+
+
+def _quarter_of_engine_memory(client: Client) -> int:
+    """A quarter of the memory the engine lets all its queries use together (its
+    ``max_server_memory_usage``: 90% of the machine's or the container's memory by default); 0
+    (no cap) when the engine does not say."""
+    with suppress(Exception):
+        rows = client.query(
+            "SELECT toUInt64OrZero(value) FROM system.server_settings"
+            " WHERE name = 'max_server_memory_usage'"
+        ).result_rows
+        return int(rows[0][0]) // 4 if rows else 0
+    return 0

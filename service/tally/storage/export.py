@@ -162,7 +162,7 @@ def chunks(storage: Storage, spec: ExportSpec) -> Iterator[bytes]:
         return
     if spec.fmt == "csv":
         yield csv_header(names)
-    with storage.client() as client:
+    with storage.own_client() as client:
         with _unavailable_on_failure():
             # Sync clients give a readable stream: the engine's, or the HTTP response.
             stream: Any = client.raw_stream(sql, parameters=params, fmt=ch_format)
@@ -189,7 +189,7 @@ def _spooled(storage: Storage, sql: str, params: dict[str, Any], marker: str) ->
         # comes before the SETTINGS clause that _select wrote.
         head, _, options = sql.partition(" SETTINGS ")
         try:
-            with storage.client() as client, _unavailable_on_failure():
+            with storage.own_client() as client, _unavailable_on_failure():
                 client.command(
                     f"{head} INTO OUTFILE '{path}' FORMAT Parquet SETTINGS {options}",
                     parameters=params,
