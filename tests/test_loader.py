@@ -139,7 +139,7 @@ def test_at_the_cap_collect_answers_503_and_recovers_when_storage_is_back(make_c
         assert again.status_code == 202
 
 
-def test_an_unwritable_data_directory_answers_503_and_acknowledges_nothing(make_client):
+def test_an_unwritable_data_directory_answers_503_and_acknowledges_nothing(make_client, caplog):
     # /proc refuses new files even to root: the log cannot be created there.
     with make_client(data_dir="/proc/self/tally-data") as client:
         project_id, key = new_project(client)
@@ -147,6 +147,12 @@ def test_an_unwritable_data_directory_answers_503_and_acknowledges_nothing(make_
         assert response.status_code == 503
         assert response.json() == {"error": "Storage unavailable"}
         assert "retry-after" in response.headers
+        # The same through the Litestar route (a beacon's ?apiKey=): the log says why it
+        # refuses; the HTTP layer does not log each refused request again.
+        with caplog.at_level("WARNING", logger="tally.http"):
+            beacon = client.post(f"/api/collect?apiKey={key}", json=batch("ro", 3))
+        assert beacon.status_code == 503
+        assert "storage unavailable on" not in caplog.text
         assert client.app.state.ingest.acknowledged == 0
         assert count(client, project_id) == 0
         # Reads still work.

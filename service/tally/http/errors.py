@@ -17,7 +17,7 @@ from litestar.status_codes import (
 from ..domain.events import InvalidEvent
 from ..domain.query_errors import InvalidQuery
 from ..storage.client import ReportTooLarge
-from ..storage.ingestlog import LogFull
+from ..storage.ingestlog import LogFull, LogRefused
 from ..storage.writer import StorageUnavailable
 from .messages import plain
 from .schemas import Error, ErrorDetail
@@ -26,7 +26,6 @@ log = logging.getLogger("tally.http")
 
 INVALID_PAYLOAD = "Invalid payload"
 INVALID_QUERY = "Invalid query"
-COLLECT_PATH = "/api/collect"
 
 # Errors whose text the contract fixes, by status, when the raiser did not choose one.
 _DEFAULT_ERRORS = {
@@ -147,13 +146,12 @@ def report_too_large_handler(
 
 
 def storage_handler(request: Request[Any, Any, Any] | None, exc: Exception) -> Response[Error]:
-    """503 with ``Retry-After``. A read's failure is logged with the engine's reason (its first
-    line, without the statement it quotes); collect's are not: the ingest log says why it cannot
-    take events itself (full, unwritable), once rather than per request."""
+    """503 with ``Retry-After``. A storage failure is logged with the engine's reason (its first
+    line, without the statement it quotes); the ingest log's refusals are not: it logs why
+    itself (collect's own handler passes no request)."""
     # At the log's cap the backlog drains only as fast as ClickHouse comes back: retry later.
     retry = "10" if isinstance(exc, LogFull) else "2"
-    # (collect's own handler passes no request)
-    if request is not None and request.url.path != COLLECT_PATH and not isinstance(exc, LogFull):
+    if request is not None and not isinstance(exc, LogRefused):
         text = str(exc).strip()
         reason = text.splitlines()[0][:300] if text else type(exc).__name__
         log.warning("storage unavailable on %s %s: %s", request.method, request.url.path, reason)

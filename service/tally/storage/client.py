@@ -271,17 +271,20 @@ class Storage:
         self._clients.clear()
 
     # --- blocking API ------------------------------------------------------------------------
-    def query(self, sql: str, parameters: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
-        with self.client() as client, _unavailable_on_failure():
+    def query(
+        self,
+        sql: str,
+        parameters: dict[str, Any] | None = None,
+        pool: queue.LifoQueue[Client] | None = None,
+    ) -> list[tuple[Any, ...]]:
+        with self.client(pool) as client, _unavailable_on_failure():
             result = client.query(sql, parameters=parameters)
             return [tuple(row) for row in result.result_rows]
 
     def _report_query(self, sql: str, parameters: dict[str, Any] | None) -> list[tuple[Any, ...]]:
         """A query on a report client: over the lane's memory cap it is ReportTooLarge."""
         try:
-            with self.client(self._report_pool) as client, _unavailable_on_failure():
-                result = client.query(sql, parameters=parameters)
-                return [tuple(row) for row in result.result_rows]
+            return self.query(sql, parameters, self._report_pool)
         except StorageUnavailable as exc:
             if any(words in str(exc) for words in _OVER_QUERY_LIMIT):
                 raise ReportTooLarge(self.report_memory) from exc

@@ -77,7 +77,12 @@ encode_rows = msgspec.json.Encoder().encode_lines
 _json = msgspec.json.Encoder()
 
 
-class LogFull(StorageUnavailable):
+class LogRefused(StorageUnavailable):
+    """The log cannot take events (closed, its slots or commit queue full, its disk failing). It
+    logs why where it finds out, so the HTTP layer does not log each refused request again."""
+
+
+class LogFull(LogRefused):
     """The log is at its disk cap (ClickHouse has not taken the backlog): refuse, retry later."""
 
 
@@ -323,7 +328,7 @@ class IngestLog:
             if slot is not None:
                 break
         else:
-            raise StorageUnavailable(f"all {MAX_SLOTS} log slots under {self.root} are taken")
+            raise LogRefused(f"all {MAX_SLOTS} log slots under {self.root} are taken")
         try:
             _recover(slot)
         except OSError:
@@ -398,13 +403,13 @@ class IngestLog:
         if self.noop:
             return
         if self._closing or self._task is None:
-            raise StorageUnavailable("the ingest log is closed")
+            raise LogRefused("the ingest log is closed")
         payload = encode_rows(rows)
         size = FRAME.size + RECORD.size + len(payload)
         if self.stored_bytes + self._pending_bytes + size > self.cap_bytes:
             raise LogFull("the ingest log is at its disk cap")
         if self._pending_bytes + size > MAX_PENDING_BYTES:
-            raise StorageUnavailable("the ingest log's commit queue is full")
+            raise LogRefused("the ingest log's commit queue is full")
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.append(payload)
         self._pending_rows += len(rows)
@@ -450,7 +455,7 @@ class IngestLog:
                 unavailable = (
                     error
                     if isinstance(error, StorageUnavailable)
-                    else StorageUnavailable(f"ingest log: {error}")
+                    else LogRefused(f"ingest log: {error}")
                 )
                 for waiter in waiters:
                     if not waiter.done():
