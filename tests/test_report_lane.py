@@ -20,7 +20,7 @@ import pytest
 from conftest import auth
 from served import Server
 from tally.config import load_settings
-from tally.storage.client import ReportTooLarge
+from tally.storage.client import ReportTooLarge, together
 
 # About 500 s of the engine's time and no CPU: a query that ends only when it is killed.
 ENDLESS = "SELECT sum(sleepEachRow(0.5)) FROM numbers(1000) SETTINGS max_block_size = 1"
@@ -113,6 +113,8 @@ def test_requests_whose_clients_left_stop_their_queries(tmp_path: Any) -> None:
         server.stop()
 
 
+# A minute of the engine's time and no CPU.
+MINUTE = "SELECT sum(sleepEachRow(0.5)) FROM numbers(120) SETTINGS max_block_size = 1"
 # Some 100 MiB of the engine's memory: three million distinct strings.
 HUNGRY = "SELECT uniqExact(toString(number)) FROM numbers(3000000)"
 
@@ -143,6 +145,33 @@ def test_a_report_over_its_memory_cap_fails_alone(make_client):
         assert health["memoryMb"] == 8
 
 
+def test_when_one_query_of_a_view_fails_the_others_stop(make_client):
+    """A view's queries run together (storage/client.py's ``together``): when one fails, here
+    over the memory cap, its failure is raised once the others are stopped, not left running,
+    unawaited, for an answer already given (``asyncio.gather`` left them to their end)."""
+    with make_client(report_memory_mb=8, clickhouse_pool_size=4) as client:
+        storage = client.app.state.storage
+        assert storage.report_threads == 2
+
+        async def scenario() -> tuple[Any, ...]:
+            try:
+                await together(storage.report(MINUTE), storage.report(HUNGRY))
+            except ReportTooLarge as exc:
+                refused = exc
+            else:
+                raise AssertionError("the hungry report ran past its cap")
+            deadline = time.monotonic() + 30
+            while (await storage.aquery(RUNNING))[0][0] or storage.reports["running"]:
+                assert time.monotonic() < deadline, "the other report runs on"
+                await asyncio.sleep(0.05)
+            return refused, dict(storage.reports), await storage.report("SELECT 42")
+
+        refused, counts, after = client.blocking_portal.call(scenario)
+        assert refused.limit_mib == 8
+        assert counts == {"waiting": 0, "running": 0, "stopped": 1}
+        assert after == [(42,)]
+
+
 def test_the_default_cap_is_a_quarter_of_the_engines_memory(make_client):
     with make_client() as client:
         storage = client.app.state.storage
@@ -159,8 +188,9 @@ def test_a_query_over_the_cap_is_answered_400_in_plain_words_and_ingestion_goes_
     tmp_path: Any,
 ) -> None:
     """A real ``tally serve`` whose reports may use 1 MiB: the query API's four-dimension
-    breakdown is 400 naming the cap (never 503, which asks to retry, nor 500), logged for the
-    operator; events are still collected and loaded, and health answers."""
+    breakdown, and a filtered dashboard, are 400 naming the cap (never 503, which asks to retry,
+    nor 500), logged for the operator; the unfiltered dashboard is answered; events are still
+    collected and loaded, and health answers with no report left running."""
     server = Server(tmp_path, TALLY_REPORT_MEMORY_MB="1")
     try:
         project, key = server.new_project("hungry", "hungry")
@@ -191,12 +221,23 @@ def test_a_query_over_the_cap_is_answered_400_in_plain_words_and_ingestion_goes_
             assert detail["path"] == "$"
             assert "needs more memory than one report may use (1 MiB" in detail["message"]
             assert "TALLY_REPORT_MEMORY_MB" in detail["message"]
+            # A GET view over the cap is the query string's 400, with the same words; a view
+            # that needs less is answered as ever.
+            contains = quote(json.dumps([["contains", "path", ["page"]]]))
+            view = f"{server.url}/api/dashboard?projectId={project}&days=30"
+            refused = http.get(f"{view}&filters={contains}", headers=auth("hungry"))
+            assert refused.status_code == 400, refused.text
+            assert refused.json() == {"error": "Invalid query", "details": [detail]}
+            plain = http.get(view, headers=auth("hungry"))
+            assert plain.status_code == 200, plain.text
+            assert plain.json()["summary"]["totalEvents"] == 2000
             lane = http.get(f"{server.url}/api/health").json()["reports"]
             assert lane["memoryMb"] == 1
             assert lane["running"] == 0 and lane["waiting"] == 0
         server.collect(key, [{**events[0], "path": "/after"}])  # loaded: ingestion goes on
         log = (tmp_path / f"serve-{server.port}.log").read_text()
         assert "POST /api/v2/query: a report needed more than its 1 MiB" in log, log[-3000:]
+        assert "GET /api/dashboard: a report needed more than its 1 MiB" in log, log[-3000:]
         assert "Traceback" not in log, log[-3000:]
     finally:
         server.stop()

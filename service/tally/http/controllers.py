@@ -3,7 +3,6 @@ storage layers. No SQL here."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -18,6 +17,7 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_202_ACCEPTED, HTTP_204_
 from ..domain.ids import OBJECT_ID_PATTERN, iso, key_preview
 from ..domain.projects import DEFAULT_TIMEZONE
 from ..storage import dashboard as dashboard_queries
+from ..storage.client import together
 from ..storage.projects import UNTITLED_LABEL, ProjectStore
 from . import compare
 from . import schemas as s
@@ -239,7 +239,7 @@ async def dashboard(
     earlier_query = compare.earlier_query(query, against)
     rows, earlier_rows = await while_connected(
         request,
-        asyncio.gather(
+        together(
             dashboard_queries.fetch(state.storage, query),
             dashboard_queries.fetch_summary(state.storage, earlier_query),
         ),

@@ -13,7 +13,7 @@ import queue
 import re
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -379,6 +379,22 @@ class Storage:
         waiting for them to end; best effort: a failure is ignored, the query then runs on."""
         with suppress(Exception):
             self.command(f"KILL QUERY WHERE {condition} ASYNC", parameters)
+
+
+async def together(*calls: Awaitable[T]) -> list[T]:
+    """Run ``calls`` (a view's report queries) concurrently and return their results in order.
+    When one fails, the others are cancelled before its failure is raised: their queries stop
+    (:meth:`Storage.report`) rather than run on, unawaited, for an answer already given (a 400
+    over the memory cap, a 503). ``asyncio.gather`` leaves them running; a ``TaskGroup`` would
+    raise an ExceptionGroup, which the HTTP layer's handlers do not map."""
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 def _quarter_of_engine_memory(client: Client) -> int:

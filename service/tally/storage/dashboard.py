@@ -6,7 +6,6 @@ run concurrently, each on its own pooled client."""
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 from ..domain.metrics import LIST_LIMIT, RECENT_LIMIT
 from ..query import Query, decide, filtered, onescan
 from ..query.sql import PER_DAY, PER_HOUR, PER_NAME, dashboard_sql, parameters
-from .client import Storage
+from .client import Storage, together
 
 Rows = list[tuple[Any, ...]]
 
@@ -57,7 +56,7 @@ async def fetch(storage: Storage, query: Query) -> DashboardRows:
         name: sql.replace("{db}", storage.database)
         for name, sql in dashboard_sql(query, plan).items()
     }
-    results = await asyncio.gather(*(storage.report(sql, params) for sql in queries.values()))
+    results = await together(*(storage.report(sql, params) for sql in queries.values()))
     return assemble(dict(zip(queries, results, strict=True)))
 
 
@@ -94,7 +93,7 @@ async def fetch_summary(storage: Storage, query: Query) -> DashboardRows:
         for name, sql in sqls.items()
         if name in SUMMARY_PARTS
     }
-    results = await asyncio.gather(*(storage.report(sql, params) for sql in queries.values()))
+    results = await together(*(storage.report(sql, params) for sql in queries.values()))
     found: dict[str, Rows] = dict(zip(queries, results, strict=True))
     if query.raw:
         facts = found.pop("facts", []) + found.pop("facts_audience", [])
@@ -148,7 +147,7 @@ async def fetch_raw(storage: Storage, query: Query) -> DashboardRows:
         for name, sql in onescan.onescan_sql(query).items()
     }
     recent = queries.pop("recent")
-    results = await asyncio.gather(
+    results = await together(
         latest_events(storage, query, params, recent),
         *(storage.report(sql, params) for sql in queries.values()),
     )

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from ..domain.metrics import bounce_rate, mean_ms
 from ..query import Query, filtered
 from ..query.v2 import v2_sql
-from .client import Storage
+from .client import Storage, together
 
 
 async def fetch_v2(
@@ -17,7 +16,7 @@ async def fetch_v2(
 ) -> dict[tuple[str, ...], dict[str, Any]]:
     sqls = {k: v.replace("{db}", storage.database) for k, v in v2_sql(query, dimensions).items()}
     params = filtered.parameters(query)
-    events, sessions = await asyncio.gather(
+    events, sessions = await together(
         *(storage.report(sqls[k], params) for k in ("events", "sessions"))
     )
     n = len(dimensions)

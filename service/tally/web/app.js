@@ -774,7 +774,8 @@
 
   const csvCell = (v) => {
     const text = v === null || v === undefined ? '' : String(v);
-    return /[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
+    const quoted = ['"', ',', '\r', '\n'].some((c) => text.includes(c));
+    return quoted ? '"' + text.replaceAll('"', '""') + '"' : text;
   };
   const csvText = (header, rows) => [header, ...rows].map((r) => r.map(csvCell).join(',')).join('\r\n') + '\r\n';
 
