@@ -436,6 +436,25 @@ def _running_exports(client: Any) -> int:
     )[0][0]
 
 
+def _scope(path: str, query: str, headers: dict[str, str]) -> dict[str, Any]:
+    """An ASGI GET request's scope, as a server hands it to the application."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query.encode(),
+        "root_path": "",
+        "headers": [(k.encode(), v.encode()) for k, v in headers.items()],
+        "client": ("127.0.0.1", 5000),
+        "server": ("testserver", 80),
+        "state": {},
+    }
+
+
 def _asgi_get(client: Any, path: str, query: str, headers: dict[str, str], chunks: int) -> int:
     """GET through the ASGI interface; the client goes away after ``chunks`` body messages, or
     with ``chunks=0`` once the export's query runs. Returns the bytes received."""
@@ -464,27 +483,11 @@ def _asgi_get(client: Any, path: str, query: str, headers: dict[str, str], chunk
             if gone.is_set():
                 raise OSError("client went away")
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": query.encode(),
-        "root_path": "",
-        "headers": [(k.encode(), v.encode()) for k, v in headers.items()],
-        "client": ("127.0.0.1", 5000),
-        "server": ("testserver", 80),
-        "state": {},
-    }
-
     async def main() -> None:
         # A server's send fails once the client went away; Litestar reports that as an error
         # after the response started.
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(app(scope, receive, send), timeout=120)
+            await asyncio.wait_for(app(_scope(path, query, headers), receive, send), timeout=120)
 
     asyncio.run(main())
     return received
@@ -516,6 +519,60 @@ def test_a_client_that_goes_away_stops_the_query(
             # Parquet: the file was still being written; the query is killed, not left to finish.
             assert time.monotonic() < deadline, "the export's query still runs"
             time.sleep(0.2)
+
+
+def test_an_export_whose_query_fails_midway_is_cut_off_never_ended_as_whole(
+    make_client: Any, user: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The 200 and part of the file are out when the engine fails the export's query (here it is
+    killed, as an operator's KILL QUERY would). The body is never ended as whole: no last
+    message says so, the application raises, and the ASGI server closes the connection short of
+    the chunked body's end (curl exits 18, httpx raises RemoteProtocolError, a browser reports
+    the download failed) rather than the downloader keeping a shorter file that looks complete.
+    The operator gets a line saying where it was cut off."""
+    caplog.set_level(logging.INFO, logger="tally.export")
+    rows = 300_000
+    with make_client() as client:
+        project, _ = new_project(client, user)
+        _fill(client, project, rows)
+        storage = client.app.state.storage
+        bodies: list[tuple[int, bool]] = []
+        never = asyncio.Event()
+
+        async def receive() -> dict[str, Any]:
+            await never.wait()  # the client stays
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] != "http.response.body":
+                assert message["status"] == 200, message
+                return
+            bodies.append((len(message.get("body", b"")), bool(message.get("more_body"))))
+            if len(bodies) == 2:  # the header and the first chunk are out
+                await asyncio.to_thread(
+                    storage.command,
+                    "KILL QUERY WHERE startsWith(Settings['log_comment'], 'tally-export ') ASYNC",
+                )
+
+        async def main() -> BaseException | None:
+            query = f"projectId={project}&{RANGE}&format=csv"
+            try:
+                await asyncio.wait_for(
+                    client.app(_scope("/api/export", query, auth(user)), receive, send), 120
+                )
+            except Exception as exc:
+                return exc
+            return None
+
+        failure = asyncio.run(main())
+        assert failure is not None, "the export ended as if whole"
+        assert bodies and all(more for _, more in bodies), bodies
+        sent = sum(size for size, _ in bodies)
+        assert 0 < sent < rows * 400  # each row is over 400 bytes
+        (line,) = [r.getMessage() for r in caplog.records if "cut off" in r.getMessage()]
+        assert f"cut off after {sent} bytes" in line, line
+        assert "QUERY_WAS_CANCELLED" in line, line
+        assert _running_exports(client) == 0
 
 
 # --- a slow reader ----------------------------------------------------------------------------
