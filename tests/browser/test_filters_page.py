@@ -14,6 +14,7 @@ exactly the numbers the API answers for that view.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -279,6 +280,72 @@ def test_clicking_a_row_filters_and_a_chip_removes_it(shop: Shop, browser: Any, 
     assert url_view(page) == {"project": shop.project_id}
     assert shown(page) == expected(unfiltered)
     assert chips(page) == []
+    page.context.close()
+    watch.assert_clean()
+
+
+def pump(page: Any, check: Any, what: str, timeout: float = 60) -> None:
+    """Waits until ``check()`` holds, letting Playwright deliver the page's events meanwhile (a
+    plain sleep would hold them back)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        page.wait_for_timeout(50)
+
+
+def holding(path: str, held: list[Any]) -> Any:
+    """A route handler that holds the requests whose URL has ``path`` (in ``held``) and lets
+    the others through."""
+
+    def handle(route: Any) -> None:
+        if path in route.request.url:
+            held.append(route)
+        else:
+            route.continue_()
+
+    return handle
+
+
+def test_a_view_clicked_past_has_its_reads_aborted_and_never_shows(
+    shop: Shop, browser: Any, watch: Watch
+):
+    """The page aborts the reads of a view it leaves (README "Views clicked past stop"): the
+    owner clicks a row, and goes back before that view's answers arrive (they are held on the
+    wire here): first its panels' breakdowns, then its dashboard itself. Every read of the view
+    clicked past is aborted by the page, which is what tells Tally to stop its queries
+    (tests/test_report_lane.py), and the page shows the view it is on, never the late one."""
+    page = owner_page(shop, browser, watch, shop.url())
+    loaded(page)
+    unfiltered = shop.api(days=7)
+    assert shown(page) == expected(unfiltered)
+    blog_row = '[data-testid=breakdown-path] tr[data-filter-value="/fp/blog"]'
+    failed: list[tuple[str, str]] = []
+    page.on("requestfailed", lambda r: failed.append((r.url, r.failure or "")))
+
+    # The dashboard answers first and the panels then ask their breakdowns: hold each in turn.
+    for held_path, at_least in (("/api/breakdown?", 5), ("/api/dashboard?", 1)):
+        held: list[Any] = []
+        failed.clear()
+        page.route(lambda u: "/api/" in u and "filters=" in u, holding(held_path, held))
+        page.click(blog_row)
+        page.wait_for_url(lambda u: "filters=" in u)
+        pump(page, lambda held=held, n=at_least: len(held) >= n, f"the view's {held_path}")
+        asked = sorted(route.request.url for route in held)
+
+        page.go_back()
+        loaded(page)
+        pump(page, lambda asked=asked: len(failed) >= len(asked), "the reads to be aborted")
+        assert sorted(u for u, _ in failed) == asked
+        assert all("ERR_ABORTED" in why for _, why in failed), failed
+        # Released now, the old view's answers have nobody to go to.
+        for route in held:
+            with contextlib.suppress(Exception):
+                route.continue_()
+        page.unroute_all()
+        page.wait_for_timeout(300)
+        assert url_view(page) == {"project": shop.project_id}
+        assert shown(page) == expected(unfiltered)
+        assert chips(page) == []
     page.context.close()
     watch.assert_clean()
 
