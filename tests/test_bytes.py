@@ -210,6 +210,37 @@ def test_filters_nested_deeper_than_the_decoder_follows_are_a_400(client, owned,
         assert response.json()["details"][0]["path"].startswith("$.filters")
 
 
+def test_metadata_values_nested_deeper_than_the_decoder_follows_are_a_400(client, owned):
+    """A metadata value that is an array or object is refused at its first bracket; naming its
+    key reads past it, once per level of nesting. Past the depth that reading follows (about a
+    thousand levels; a 2 KB body) that was a RecursionError and a 500. Now the same 400 names
+    the metadata (the key when it can be read), whichever way the key is sent."""
+    project_id, key = owned
+    for depth in (900, 1_000, 10_000):
+        for value in (b"[" * depth + b"]" * depth, b'{"b":' * depth + b"1" + b"}" * depth):
+            body = (
+                b'{"events":[{"name":"ok"},{"name":"x","metadata":{"title":"t","a":'
+                + value
+                + b"}}]}"
+            )
+            for path, headers in (
+                ("/api/collect", {"x-api-key": key, "content-type": "application/json"}),
+                (f"/api/collect?apiKey={key}", {"content-type": "text/plain"}),
+            ):
+                response = client.post(path, content=body, headers=headers)
+                assert response.status_code == 400, (depth, path, response.text)
+                payload = response.json()
+                assert payload["error"] == "Invalid payload"
+                (detail,) = payload["details"]
+                assert detail["message"] == (
+                    "metadata values must be strings, numbers, booleans or null"
+                )
+                assert detail["path"] in ("$.events[1].metadata.a", "$.events[1].metadata")
+                if depth == 900:
+                    assert detail["path"] == "$.events[1].metadata.a"
+    assert count_events(client, project_id) == 0
+
+
 # --- the duplicate-key fast path never lets a duplicate through ------------------------------
 text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)
 scalar = st.one_of(text, st.integers(-(2**53), 2**53), st.booleans(), st.none(), st.floats(0, 1))

@@ -226,7 +226,7 @@ def _invalid(message: str, body: bytes | None = None) -> ValidationException:
     """msgspec's "<message> - at `$.a.b`" (or "- at `key` in `$.a`") as a validation error for
     the body, in plain words (http/messages.py), naming the path. msgspec names a value of an
     object with keys of any name as ``[...]``; a metadata value is named by its key, found in
-    ``body``."""
+    ``body`` (the metadata itself when the key cannot be told)."""
     text, _, where = message.partition(" - ")
     match = _AT.search(where)
     key = match.group(1) if match and match.group(1) else ""
@@ -234,8 +234,7 @@ def _invalid(message: str, body: bytes | None = None) -> ValidationException:
     path, words = plain(text, path, in_key=where.startswith("at `key` in"))
     if body is not None and (value_of := _METADATA_VALUE.match(path)):
         name = _bad_metadata_key(body, int(value_of.group(1)))
-        if name is not None:
-            path = path.removesuffix("[...]") + _member(name)
+        path = path.removesuffix("[...]") + ("" if name is None else _member(name))
     return ValidationException(
         detail="Validation failed", extra=[{"message": words, "key": path, "source": "body"}]
     )
@@ -266,16 +265,18 @@ def _member(name: str) -> str:
 def _bad_metadata_key(body: bytes, index: int) -> str | None:
     """The key of the first value of event ``index``'s metadata that breaks the metadata value
     rule, as msgspec met it (keys in the order sent); None if it cannot be told (a key sent
-    twice, whose first value was the bad one)."""
+    twice, whose first value was the bad one, or a value nested deeper than the decoder
+    follows: msgspec refused it at its first bracket, but reading past it to find the key
+    recurses once per level)."""
     try:
         event = msgspec.json.decode(body, type=_Events).events[index]
         metadata = msgspec.json.decode(event, type=_EventMetadata).metadata
         values = msgspec.json.decode(metadata, type=dict[str, msgspec.Raw])
-    except (msgspec.DecodeError, IndexError):
+    except (msgspec.DecodeError, IndexError, RecursionError):
         return None
     for name, value in values.items():
         try:
             _metadata_value.decode(value)
-        except msgspec.ValidationError:
+        except (msgspec.ValidationError, RecursionError):
             return name
     return None
