@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import new_project, stored
+from conftest import auth, new_project, stored
 from tally.domain.bots import is_bot
 from tally.domain.geo import UNKNOWN, CountryReader, packaged_db
 
@@ -109,6 +109,8 @@ BOTS = {
     "facebookexternalhit": "facebookexternalhit/1.1 (+http://www.facebook.com/externalhit_uatext.php)",
     "Yandex": "Mozilla/5.0 (compatible; YandexBot/3.0; +http://yandex.com/bots)",
     "crawler using requests": "python-requests/2.32.3 (compatible; ExampleCrawler/1.0)",
+    "monitor using okhttp": "okhttp/3.12.1 UptimeRobot",
+    "crawler using Java": "Java/17 Googlebot",
 }
 NOT_BOTS = {
     "curl": "curl/8.5.0",
@@ -120,6 +122,15 @@ NOT_BOTS = {
     "node-fetch": "node-fetch/1.0 (+https://github.com/bitinn/node-fetch)",
     "node-fetch bare": "node-fetch",
     "axios": "axios/1.7.2",
+    # ua-parser calls these a Spider, isbot a bot: they are libraries and tools all the same.
+    "Python-urllib": "Python-urllib/3.11",
+    "urllib3": "python-urllib3/2.2.2",
+    "Java": "Java/1.8.0_292",
+    "WinHttp": "WinHttp",
+    "libwww-perl": "libwww-perl/6.67",
+    "HTTPie": "HTTPie/3.2.2",
+    "PostmanRuntime": "PostmanRuntime/7.36.0",
+    "PHP": "PHP/8.2",
     "a bare product token": "MyApp/2.1",
     "Chrome Windows": CHROME,
     "Edge": CHROME + " Edg/126.0.0.0",
@@ -215,13 +226,27 @@ def test_collect_flags_bots_and_keeps_http_libraries(client) -> None:
     collect(client, key, [{"name": "a_bot"}], **{"user-agent": GOOGLEBOT})
     collect(client, key, [{"name": "b_curl"}], **{"user-agent": "curl/8.5.0"})
     collect(client, key, [{"name": "c_requests"}], **{"user-agent": "python-requests/2.32.3"})
+    # ua-parser's Spider class holds these two; they are libraries, and count.
+    collect(client, key, [{"name": "d_urllib"}], **{"user-agent": "Python-urllib/3.11"})
+    collect(client, key, [{"name": "e_java"}], **{"user-agent": "Java/1.8.0_292"})
     rows = stored(
         client,
-        "SELECT name, is_bot, country FROM {db}.events WHERE project_id = {p:String} ORDER BY name",
+        "SELECT name, is_bot, device_type = 'bot', country FROM {db}.events "
+        "WHERE project_id = {p:String} ORDER BY name",
         p=project_id,
     )
     # the test client's peer address is "testclient": no country
-    assert rows == [("a_bot", 1, "Unknown"), ("b_curl", 0, "Unknown"), ("c_requests", 0, "Unknown")]
+    assert rows == [
+        ("a_bot", 1, 1, "Unknown"),
+        ("b_curl", 0, 0, "Unknown"),
+        ("c_requests", 0, 0, "Unknown"),
+        ("d_urllib", 0, 0, "Unknown"),
+        ("e_java", 0, 0, "Unknown"),
+    ]
+    summary = client.get(f"/api/dashboard?projectId={project_id}", headers=auth("alice")).json()[
+        "summary"
+    ]
+    assert (summary["totalEvents"], summary["botEvents"]) == (4, 1)
 
 
 def test_country_is_resolved_before_the_ip_is_hashed(make_client) -> None:

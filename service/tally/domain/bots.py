@@ -8,34 +8,23 @@ Two maintained lists, either one suffices:
   ``is-bot`` (Apache-2.0): wider, and it also knows headless browsers, Lighthouse, Pingdom,
   Selenium, Playwright, ...
 
-isbot also calls every HTTP library a bot. Tally does not: server-side senders (curl,
-python-requests, httpx, Go-http-client, okhttp, node-fetch, ...) post events on purpose, and those
-events count. A User-Agent that starts with one of the libraries below is a bot only when it also
-names itself one (``bot``, ``crawl``, ``spider``, ...) or ua-parser calls it a Spider. For the
-same reason, isbot's four "shape" patterns are left out: they flag any User-Agent that is only a
-product name and version (``MyApp/2.1``, ``testclient``), which says "not a browser", not "a
-known crawler".
+isbot also calls every HTTP library a bot, and ua-parser calls some of them a Spider
+(Python-urllib, urllib3, Java, WinHttp). Tally does not: server-side senders (curl,
+python-requests, httpx, Go-http-client, okhttp, node-fetch, Python-urllib, Java, HTTPie, ...) post
+events on purpose, and those events count. A User-Agent that starts with one of the libraries of
+``useragent.HTTP_LIBRARIES`` is a bot only when it also names itself one (``bot``, ``crawl``,
+``spider``, ...), whatever either list says. For the same reason, isbot's four "shape"
+patterns are left out: they flag any User-Agent that is only a product name and version
+(``MyApp/2.1``, ``testclient``), which says "not a browser", not "a known crawler".
 """
 
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 
 from is_bot import Bots
 
-from .useragent import parsed
-
-# Product tokens of HTTP client libraries (Tally's list; the issue names the first six kinds).
-HTTP_LIBRARIES = re.compile(
-    r"^(?:curl|libcurl|python-requests|python-httpx|httpx|python-urllib|python/[\d.]+ aiohttp"
-    r"|aiohttp|go-http-client|okhttp|node-fetch|undici|node|axios|got|java-http-client|java"
-    r"|apache-httpclient|dart|dio|guzzlehttp|ruby|faraday|reqwest|rest-client|restsharp"
-    r"|wget|powershell|deno|bun)\b",
-    re.IGNORECASE,
-)
-# What an HTTP library's User-Agent says when a crawler uses it.
-_SELF_DECLARED = re.compile(r"bot\b|bot/|crawl|spider|scrap|monitor|headless", re.IGNORECASE)
+from .useragent import parsed, server_sender
 
 # isbot's patterns are JavaScript regexes; ``is-bot`` compiles them with the ``regex`` module,
 # which accepts the variable-width look-behind one of them uses.
@@ -60,9 +49,9 @@ def is_bot(user_agent: str) -> bool:
     """
     if not user_agent:
         return False
+    if server_sender(user_agent):
+        return False
     device = parsed(user_agent).device  # the parse classify() made: one per User-Agent
     if device is not None and device.family == "Spider":
         return True
-    if HTTP_LIBRARIES.match(user_agent):
-        return bool(_SELF_DECLARED.search(user_agent))
     return _ISBOT.is_bot(user_agent)

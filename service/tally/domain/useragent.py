@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -10,6 +11,27 @@ from ua_parser import Result, parse
 UNKNOWN = "Unknown"
 _TABLET_HINTS = ("ipad", "tablet", "kindle", "silk", "playbook")
 _MOBILE_OS = {"ios", "android", "windows phone", "blackberry os", "kaios", "firefox os"}
+
+# Product tokens of HTTP client libraries and tools (Tally's list; issue 16 names the first six
+# kinds). ua-parser calls some of them a Spider (Python-urllib, urllib3, Java, WinHttp) and isbot
+# calls them all bots; Tally does not (domain/bots.py).
+HTTP_LIBRARIES = re.compile(
+    r"^(?:curl|libcurl|python-requests|python-httpx|httpx|python-urllib3?|urllib3"
+    r"|python/[\d.]+ aiohttp|aiohttp|go-http-client|okhttp|node-fetch|undici|node|axios|got"
+    r"|java-http-client|java|apache-httpclient|dart|dio|guzzlehttp|php|ruby|faraday|reqwest"
+    r"|rest-client|restsharp|libwww-perl|lwp-request|lwp-trivial|httpie|postmanruntime"
+    r"|insomnia|winhttp|wget|powershell|deno|bun)\b",
+    re.IGNORECASE,
+)
+# What an HTTP library's User-Agent says when a crawler uses it.
+SELF_DECLARED = re.compile(r"bot\b|bot/|crawl|spider|scrap|monitor|headless", re.IGNORECASE)
+
+
+def server_sender(user_agent: str) -> bool:
+    """An HTTP library or tool sending on someone's behalf (``curl/8.5.0``, ``Java/17``), not a
+    crawler: its User-Agent starts with the library's product token and does not name itself a
+    bot, crawler, spider, scraper, monitor or headless browser."""
+    return bool(HTTP_LIBRARIES.match(user_agent)) and not SELF_DECLARED.search(user_agent)
 
 
 class Client(NamedTuple):
@@ -34,7 +56,8 @@ def classify(user_agent: str) -> Client:
     os_family = result.os.family if result.os else "Other"
     device = result.device.family if result.device else "Other"
     lowered = user_agent.lower()
-    if device == "Spider" or "bot" in lowered or "spider" in lowered or "crawl" in lowered:
+    spider = device == "Spider" and not server_sender(user_agent)
+    if spider or "bot" in lowered or "spider" in lowered or "crawl" in lowered:
         device_type = "bot"
     elif any(hint in lowered for hint in _TABLET_HINTS) or (
         os_family == "Android" and "mobile" not in lowered
