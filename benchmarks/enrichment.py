@@ -94,14 +94,16 @@ def measure(number: int = 20_000) -> dict[str, float]:
             _us(rows, max(number // size, 20)) / size, 2
         )
         # The same with the dimension functions answering a constant: what to_rows cost before.
-        saved = events.acquire, events.is_bot
-        events.acquire, events.is_bot = (lambda url, referrer: fixed), (lambda ua: False)
+        # (classify alone, as before schema 005: no bot rule)
+        saved = events.acquire, events.client_of
+        events.acquire = lambda url, referrer: fixed
+        events.client_of = lambda ua: (useragent.classify(ua), 0)
         try:
             out[f"to_rows per event, {size}-event request, dimensions stubbed"] = round(
                 _us(rows, max(number // size, 20)) / size, 2
             )
         finally:
-            events.acquire, events.is_bot = saved
+            events.acquire, events.client_of = saved
     return out
 
 

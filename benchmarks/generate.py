@@ -227,11 +227,11 @@ class Palettes:
 @lru_cache(maxsize=1)
 def palettes() -> Palettes:
     from tally.domain.acquisition import acquire
-    from tally.domain.bots import is_bot
+    from tally.domain.bots import client_of
     from tally.domain.geo import CountryReader
-    from tally.domain.useragent import classify
 
-    clients = [classify(ua) for _, ua in USER_AGENTS]
+    described = [client_of(ua) for _, ua in USER_AGENTS]
+    clients = [client for client, _ in described]
     reader = CountryReader()
     try:
         countries = [reader.country(ip) for _, ip in CLIENT_IPS]
@@ -252,7 +252,7 @@ def palettes() -> Palettes:
         "ua_browser": [c.browser for c in clients],
         "ua_os": [c.os for c in clients],
         "ua_device": [c.device_type for c in clients],
-        "ua_bot": [1 if is_bot(ua) else 0 for _, ua in USER_AGENTS],
+        "ua_bot": [bot for _, bot in described],
         "ua_pick": _picks([w for w, _ in USER_AGENTS]),
         "ip": [ip for _, ip in CLIENT_IPS],
         "ip_country": countries,

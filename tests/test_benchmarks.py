@@ -154,9 +154,8 @@ def test_generator_stores_what_collect_would_compute(client):
     """Every stored dimension equals what collect's domain functions make of the row's url,
     referrer, client IP and User-Agent; the traffic has the shape the benchmarks rely on."""
     from tally.domain.acquisition import acquire
-    from tally.domain.bots import is_bot
+    from tally.domain.bots import client_of
     from tally.domain.geo import CountryReader
-    from tally.domain.useragent import classify
 
     storage = client.app.state.storage
     project = uuid.uuid4().hex[:24]
@@ -171,8 +170,9 @@ def test_generator_stores_what_collect_would_compute(client):
     reader = CountryReader()
     for url, referrer, ip, ua, browser, os, device, *dims, _name, _, _ in rows:
         assert tuple(dims[:7]) == tuple(acquire(url, referrer)), (url, referrer)
-        assert dims[7] == reader.country(ip) and dims[8] == int(is_bot(ua))
-        assert (browser, os, device) == tuple(classify(ua))
+        described, bot = client_of(ua)
+        assert dims[7] == reader.country(ip) and dims[8] == bot
+        assert (browser, os, device) == tuple(described)
     reader.close()
     first = {}  # the tracker sends the referrer with a session's first pageview only
     for row in rows:

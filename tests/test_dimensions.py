@@ -288,3 +288,33 @@ def test_enrichment_benchmark_runs() -> None:
     figures = measure(number=20)
     assert "classify + is_bot, new User-Agent" in figures
     assert all(value > 0 for value in figures.values())
+
+
+DEVICE_TYPES = {
+    # A phone brand holding "bot": a person's phone, counted, and a phone in deviceType.
+    "Cubot phone": (
+        "Mozilla/5.0 (Linux; Android 10; CUBOT_X30) AppleWebKit/537.36 (KHTML, like Gecko) "
+        "Chrome/120.0.0.0 Mobile Safari/537.36",
+        "mobile",
+        0,
+    ),
+    # isbot's headless browser, which ua-parser calls a desktop browser: a bot in both columns.
+    "HeadlessChrome": (BOTS["HeadlessChrome"], "bot", 1),
+    "Googlebot": (GOOGLEBOT, "bot", 1),
+    "Python-urllib": ("Python-urllib/3.11", "Unknown", 0),
+    "Firefox": (NOT_BOTS["Firefox"], "desktop", 0),
+}
+
+
+@pytest.mark.parametrize(
+    ("ua", "device_type", "bot"), DEVICE_TYPES.values(), ids=DEVICE_TYPES.keys()
+)
+def test_device_type_is_bot_exactly_when_the_event_is_a_bots(client, ua, device_type, bot):
+    project_id, key = new_project(client)
+    collect(client, key, [{"name": "e"}], **{"user-agent": ua})
+    rows = stored(
+        client,
+        "SELECT device_type, is_bot FROM {db}.events WHERE project_id = {p:String}",
+        p=project_id,
+    )
+    assert rows == [(device_type, bot)]

@@ -24,7 +24,7 @@ from functools import lru_cache
 
 from is_bot import Bots
 
-from .useragent import parsed, server_sender
+from .useragent import Client, classify, parsed, server_sender
 
 # isbot's patterns are JavaScript regexes; ``is-bot`` compiles them with the ``regex`` module,
 # which accepts the variable-width look-behind one of them uses.
@@ -55,3 +55,13 @@ def is_bot(user_agent: str) -> bool:
     if device is not None and device.family == "Spider":
         return True
     return _ISBOT.is_bot(user_agent)
+
+
+def client_of(user_agent: str) -> tuple[Client, int]:
+    """What collect stores of a User-Agent: its browser, OS and device type, and ``is_bot`` (1 or
+    0). The device type is ``bot`` exactly when ``is_bot`` is 1, so that a deviceType breakdown
+    and the bot rule never disagree (a phone named Cubot is a phone; HeadlessChrome is a bot)."""
+    client = classify(user_agent)
+    if is_bot(user_agent):
+        return client._replace(device_type="bot"), 1
+    return client, 0

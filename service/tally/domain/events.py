@@ -7,7 +7,8 @@ kept as a duration when it is a number >= 0.
 
 Dimensions (schema 005): ``source``, ``channel`` and ``utm_*`` from each event's ``url`` and
 ``referrer`` (``domain/acquisition.py``); ``country`` resolved by the caller from the raw client
-IP (``domain/geo.py``); ``is_bot`` from the User-Agent (``domain/bots.py``).
+IP (``domain/geo.py``); ``is_bot``, and the device type ``bot`` with it, from the User-Agent
+(``domain/bots.py``).
 """
 
 from __future__ import annotations
@@ -21,9 +22,8 @@ from typing import Any, Protocol
 import msgspec
 
 from .acquisition import acquire
-from .bots import is_bot
+from .bots import client_of
 from .geo import UNKNOWN as UNKNOWN_COUNTRY
-from .useragent import classify
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
@@ -100,8 +100,7 @@ def to_rows(
     Timestamps are seconds since the epoch, exact to the millisecond (``ms / 1000``).
     """
     user_agent = user_agent[:MAX_USER_AGENT]
-    client = classify(user_agent)
-    bot = 1 if is_bot(user_agent) else 0
+    client, bot = client_of(user_agent)
     received = received_ms / 1000
     rows = []
     for index, event in enumerate(events):

@@ -48,18 +48,16 @@ def parsed(user_agent: str) -> Result:
 
 @lru_cache(maxsize=4096)
 def classify(user_agent: str) -> Client:
-    """Browser family, OS family and one of desktop/mobile/tablet/bot (``Unknown`` if unsure)."""
+    """Browser family, OS family and one of desktop/mobile/tablet (``Unknown`` if unsure): the
+    device a person would hold. Whether the sender is a bot is domain/bots.py's question, and
+    :func:`tally.domain.bots.client_of` makes the device type ``bot`` when it is."""
     if not user_agent:
         return Client(UNKNOWN, UNKNOWN, UNKNOWN)
     result = parsed(user_agent)
     browser = result.user_agent.family if result.user_agent else "Other"
     os_family = result.os.family if result.os else "Other"
-    device = result.device.family if result.device else "Other"
     lowered = user_agent.lower()
-    spider = device == "Spider" and not server_sender(user_agent)
-    if spider or "bot" in lowered or "spider" in lowered or "crawl" in lowered:
-        device_type = "bot"
-    elif any(hint in lowered for hint in _TABLET_HINTS) or (
+    if any(hint in lowered for hint in _TABLET_HINTS) or (
         os_family == "Android" and "mobile" not in lowered
     ):
         device_type = "tablet"
