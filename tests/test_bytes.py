@@ -135,6 +135,8 @@ QUERY_CASES = {
     "UTF-8 encoded surrogate": "projectId=%ed%a0%80",
     "byte order mark": "projectId=%ef%bb%bf{pid}",
     "NUL": "projectId={pid}%00",
+    # Python's "$" matches before a last newline: "<id>\n" passed the id pattern, a 404.
+    "a trailing newline": "projectId={pid}%0A",
     "a 10,000-digit number": "projectId={pid}&days=" + "9" * 10_000,
     "a negative number": "projectId={pid}&days=-1",
     "duplicate parameter": "projectId={pid}&projectId={pid}",
@@ -154,7 +156,13 @@ QUERY_ENDPOINTS = [
 # Where a hostile query is not a 400: parameters an endpoint does not read are ignored, and on
 # collect an ``apiKey`` that is no key is a 401 ``Invalid API key`` (the seed's answer for an
 # invalid key), whatever its bytes: not UTF-8 or holding a NUL, it is no key either.
-NOT_READ = {"a 10,000-digit number", "a negative number", "too long", "byte order mark"}
+NOT_READ = {
+    "a 10,000-digit number",
+    "a negative number",
+    "too long",
+    "byte order mark",
+    "a trailing newline",
+}
 NOT_A_KEY = {"invalid UTF-8", "UTF-8 encoded surrogate", "NUL"}
 
 
@@ -194,6 +202,26 @@ def test_every_hostile_query_is_a_400_on_every_endpoint(client, owned, method, p
             assert payload["details"] and all(d["message"] for d in payload["details"]), payload
             assert not any("Expected `" in d["message"] for d in payload["details"]), payload
     assert count_events(client, project_id) == 0
+
+
+def test_an_id_with_a_trailing_newline_is_a_400_wherever_an_id_is_read(client, owned):
+    project_id, _ = owned
+    headers = auth("bytes-owner")
+    for path in (
+        "/api/breakdown?by=path&",
+        "/api/live?",
+        "/api/export?from=2026-01-01&to=2026-01-02&",
+        "/api/dashboard?",
+    ):
+        response = client.get(f"{path}projectId={project_id}%0A", headers=headers)
+        assert response.status_code == 400, (path, response.text)
+        assert response.json()["error"] == "Invalid query", (path, response.text)
+    body = {"site_id": project_id + "\n", "metrics": ["visitors"], "date_range": "7d"}
+    response = client.post("/api/v2/query", json=body, headers=headers)
+    assert response.status_code == 400, response.text
+    patch = {"projectId": project_id + "\n", "name": "x"}
+    response = client.patch("/api/projects", json=patch, headers=headers)
+    assert response.status_code == 400, response.text
 
 
 @pytest.mark.parametrize("path", ["/api/dashboard", "/api/breakdown?by=path&"])

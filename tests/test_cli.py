@@ -245,6 +245,17 @@ def test_a_second_serve_on_the_same_data_folder_is_refused_plainly(tmp_path):
             f"(PID {first.proc.pid})"
         ) in second.stderr, second.stderr
         assert "schema could not be applied" not in second.stderr
+        # `tally migrate` on it said only "Error initializing EmbeddedServer: . (BAD_ARGUMENTS)"
+        # after a page of the engine's stack.
+        migrate = subprocess.run(
+            [*TALLY, "migrate"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert migrate.returncode != 0
+        assert (
+            f"the data folder {tmp_path.resolve()} is in use by another Tally process "
+            f"(PID {first.proc.pid})"
+        ) in migrate.stderr, migrate.stderr
+        assert "EmbeddedServer" not in migrate.stderr
         assert httpx.get(f"{first.url}/api/health", timeout=10).status_code == 200
     finally:
         assert first.stop() == 0
@@ -373,3 +384,88 @@ def test_just_recipes_use_the_active_interpreter():
     ]
     assert elsewhere == []
     assert "python -m tally token" in justfile
+
+
+# Bad input to the command: one plain line, never a traceback.
+BAD_INPUT = {
+    "data folder is a file": (
+        ["serve"],
+        {"TALLY_DATA_DIR": "/etc/passwd"},
+        "TALLY_DATA_DIR /etc/passwd is a file, not a folder",
+    ),
+    "data folder cannot be made": (
+        ["migrate"],
+        {"TALLY_DATA_DIR": "/proc/nope"},
+        "cannot use TALLY_DATA_DIR /proc/nope as the data folder",
+    ),
+    "host that does not resolve": (
+        ["serve", "--host", "nosuch.invalid"],
+        {},
+        "--host 'nosuch.invalid' is neither an IP address nor a name",
+    ),
+    "port out of range": (["serve", "--port", "99999"], {}, "99999 is not in the range"),
+    "GeoIP file that is not one": (
+        ["serve"],
+        {"TALLY_GEOIP_DB": "/etc/passwd"},
+        "cannot open the IP-to-country database /etc/passwd (TALLY_GEOIP_DB)",
+    ),
+    "empty sub": (["token", "--sub", " "], {}, "--sub must name a user"),
+    "schema of a bad URL": (
+        ["schema"],
+        {"TALLY_CLICKHOUSE_URL": "foo://x"},
+        "invalid TALLY_CLICKHOUSE_URL",
+    ),
+    "schema of a bad database name": (
+        ["schema", "--database", "x; DROP TABLE y"],
+        {},
+        "--database must be a plain identifier",
+    ),
+    "misspelt IP privacy": (
+        ["migrate"],
+        {"TALLY_IP_PRIVACY": "HASH"},
+        "TALLY_IP_PRIVACY must be 'store' (keep each event's client IP) or 'hash'",
+    ),
+    "unknown log level": (
+        ["migrate"],
+        {"TALLY_LOG_LEVEL": "LOUD"},
+        "TALLY_LOG_LEVEL must be one of DEBUG, INFO",
+    ),
+}
+
+
+@pytest.mark.parametrize(("args", "env", "said"), BAD_INPUT.values(), ids=BAD_INPUT.keys())
+def test_bad_input_is_one_plain_line(tmp_path, args, env, said):
+    done = subprocess.run(
+        [*TALLY, *args],
+        cwd=tmp_path,
+        env=clean_env(tmp_path, **{"TALLY_DATA_DIR": str(tmp_path / "d"), **env}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert said in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and "Error initializing" not in done.stderr
+    assert done.stdout == ""
+
+
+@pytest.mark.slow
+def test_serve_binds_a_host_name(tmp_path):
+    """granian binds addresses only: ``--host localhost`` was a traceback."""
+    port = free_port()
+    env = clean_env(tmp_path, TALLY_DATA_DIR=str(tmp_path), TALLY_JWT_SECRET="s" * 32)
+    log = tmp_path / "serve.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [*TALLY, "serve", "--host", "localhost", "--port", str(port)],
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", proc, log.read_text)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)

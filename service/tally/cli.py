@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import click
 
-from .config import DEV_SECRET_FILE, Settings, dev_secret, load_settings, settings_to_env
+from .config import (
+    DATABASE_NAME,
+    DEV_SECRET_FILE,
+    Settings,
+    dev_secret,
+    load_settings,
+    settings_to_env,
+)
 
 log = logging.getLogger("tally")
 
@@ -41,6 +50,11 @@ def migrate(quiet: bool) -> None:
         target = parse_url(settings.storage_url, settings.clickhouse_database)
     except ValueError as exc:
         raise SystemExit(f"tally: invalid TALLY_CLICKHOUSE_URL: {exc}") from None
+    if settings.embedded:
+        _usable_data_folder(settings)
+        # `tally serve` holds the folder and runs this as its child: that is the one holder
+        # allowed; any other means a server has the engine open.
+        _hold_engine_folder(settings, allowed=os.getppid())
     try:
         storage = Storage(target, pool_size=1, cluster=settings.clickhouse_cluster)
     except Exception as exc:
@@ -72,7 +86,15 @@ def schema(database: str | None, cluster: str | None) -> None:
     from .storage.migrate import database_statement, load_migrations, migrations_table
 
     settings = load_settings()
-    name = database or parse_url(settings.storage_url, settings.clickhouse_database).database
+    try:
+        name = database or parse_url(settings.storage_url, settings.clickhouse_database).database
+    except ValueError as exc:
+        raise SystemExit(f"tally: invalid TALLY_CLICKHOUSE_URL: {exc}") from None
+    if not DATABASE_NAME.match(name):
+        raise SystemExit(
+            f"tally: --database must be a plain identifier (letters, digits, underscore), "
+            f"got {name!r}"
+        )
     cluster = settings.clickhouse_cluster if cluster is None else cluster
     try:
         ddl = [database_statement(name, cluster), migrations_table(name, cluster)]
@@ -88,8 +110,8 @@ def schema(database: str | None, cluster: str | None) -> None:
 
 
 @main.command()
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8000, show_default=True, type=int)
+@click.option("--host", default="127.0.0.1", show_default=True, help="An address or host name.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option(
     "--migrate/--no-migrate",
@@ -108,6 +130,15 @@ def serve(host: str, port: int, workers: int, migrate: bool) -> None:
 
     settings = load_settings()
     _setup_logging(settings)
+    host = _address(host)
+    _usable_data_folder(settings)
+    if settings.geoip_db:
+        from .domain.geo import CountryReader
+
+        try:  # else each worker would fail on it and granian restart them in a loop
+            CountryReader(settings.geoip_db).close()
+        except ValueError as exc:
+            raise SystemExit(f"tally: invalid configuration: {exc}") from None
     # granian binds with SO_REUSEPORT, which would let a second server share the port silently.
     if not port_is_free(host, port):
         raise SystemExit(
@@ -159,10 +190,42 @@ def serve(host: str, port: int, workers: int, migrate: bool) -> None:
     server.serve()
 
 
-def _hold_engine_folder(settings: Settings) -> None:
+def _address(host: str) -> str:
+    """``host`` as the IP address granian binds: an address as given, a name resolved."""
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        pass
+    try:
+        return socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0]
+    except (OSError, UnicodeError) as exc:
+        raise SystemExit(
+            f"tally: --host {host!r} is neither an IP address nor a name this machine resolves "
+            f"({exc}); use e.g. 127.0.0.1, 0.0.0.0 or ::"
+        ) from None
+
+
+def _usable_data_folder(settings: Settings) -> None:
+    """Create the data folder (TALLY_DATA_DIR) if needed, or say in words why it cannot be."""
+    path = settings.data_path
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise SystemExit(f"tally: TALLY_DATA_DIR {path} is a file, not a folder") from None
+    except OSError as exc:
+        raise SystemExit(
+            f"tally: cannot use TALLY_DATA_DIR {path} as the data folder: {exc.strerror}"
+        ) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise SystemExit(f"tally: TALLY_DATA_DIR {path} is not writable by this user")
+
+
+def _hold_engine_folder(settings: Settings, allowed: int = 0) -> None:
     """The embedded engine allows one process per folder: lock it for this server (held until it
     exits; its migrate child and its worker open the engine under it), or refuse to start,
-    naming the process that holds it, before anything opens the engine."""
+    naming the process that holds it, before anything opens the engine. A lock held by
+    ``allowed`` (the PID of the ``tally serve`` whose child this is) is no refusal."""
     from .storage.client import parse_url
     from .supervision import hold_lock
 
@@ -172,7 +235,7 @@ def _hold_engine_folder(settings: Settings) -> None:
         raise SystemExit(f"tally: invalid TALLY_CLICKHOUSE_URL: {exc}") from None
     # Next to the engine's folder (by default <data dir>/clickhouse.lock), not inside it.
     holder = hold_lock(engine.with_name(engine.name + ".lock"))
-    if holder is None:
+    if holder is None or (allowed and holder == allowed):
         return
     process = f"PID {holder}" if holder else "its PID unknown"
     if engine.is_relative_to(settings.data_path):
@@ -214,6 +277,8 @@ def token(sub: str, ttl: int) -> None:
     """Print a signed session token (shared-secret or dev mode only)."""
     from .http.auth import issue_token
 
+    if not sub.strip():
+        raise SystemExit("tally: --sub must name a user (the token's sub claim), not be empty")
     settings = load_settings()
     if settings.jwks_url:
         raise SystemExit("tally: sessions come from your identity provider (TALLY_JWKS_URL is set)")

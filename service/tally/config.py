@@ -17,7 +17,7 @@ from dotenv import dotenv_values
 
 ENV_PREFIX = "TALLY_"
 # Cluster names reach DDL as bare identifiers (ON CLUSTER name), so they are checked.
-CLUSTER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+CLUSTER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
 DEV_SECRET_FILE = "dev-jwt-secret"
 
 
@@ -172,22 +172,15 @@ def load_settings(
     try:
         settings = msgspec.convert(raw, Settings, strict=False)
     except msgspec.ValidationError as exc:
-        raise SystemExit(f"tally: invalid configuration: {exc}") from None
-    if settings.clickhouse_cluster and not CLUSTER_NAME.match(settings.clickhouse_cluster):
-        raise SystemExit(
-            "tally: invalid configuration: TALLY_CLICKHOUSE_CLUSTER must be a plain identifier "
-            f"(letters, digits, underscore), got {settings.clickhouse_cluster!r}"
-        )
+        raise SystemExit(f"tally: invalid configuration: {_named(str(exc), raw)}") from None
+    problems = check(settings)
+    if problems:
+        raise SystemExit("tally: invalid configuration: " + problems[0])
     if settings.clickhouse_cluster and settings.embedded:
         raise SystemExit(
             "tally: invalid configuration: TALLY_CLICKHOUSE_CLUSTER needs a ClickHouse server; "
             "the embedded engine (chdb://, the default TALLY_CLICKHOUSE_URL) has no cluster. "
             "Point TALLY_CLICKHOUSE_URL at a node of the cluster (http(s)://user:pw@host:port/db)."
-        )
-    if settings.report_memory_mb < 0:
-        raise SystemExit(
-            "tally: invalid configuration: TALLY_REPORT_MEMORY_MB must be 0 (a quarter of the "
-            f"engine's memory) or a number of MiB, got {settings.report_memory_mb}"
         )
     if settings.geoip_db and not Path(settings.geoip_db).expanduser().is_file():
         raise SystemExit(
@@ -196,6 +189,134 @@ def load_settings(
         )
     # Resolve the data folder now, so that workers started elsewhere agree on it.
     return msgspec.structs.replace(settings, data_dir=str(settings.data_path))
+
+
+_TYPES = {"int": "a whole number", "float": "a number", "bool": "true or false", "str": "text"}
+_AT_FIELD = re.compile(r"^Expected `(\w+)`, got `(\w+)` - at `\$\.(\w+)`$")
+
+
+def _named(message: str, raw: dict[str, Any]) -> str:
+    """msgspec's "Expected `int`, got `str` - at `$.clickhouse_pool_size`" in the words of the
+    variable that was set: "TALLY_CLICKHOUSE_POOL_SIZE must be a whole number, got 'ten'"."""
+    found = _AT_FIELD.match(message)
+    if not found:
+        return message
+    want, field = found.group(1), found.group(3)
+    return f"{ENV_PREFIX}{field.upper()} must be {_TYPES.get(want, want)}, got {raw.get(field)!r}"
+
+
+# What a setting must be, beyond its type: (fields, test, words).
+_POSITIVE = (
+    "clickhouse_pool_size",
+    "log_seal_age_ms",
+    "log_segment_mb",
+    "log_cap_mb",
+    "load_retry_min_ms",
+    "load_retry_max_ms",
+    "key_refresh_seconds",
+    "last_used_flush_seconds",
+    "header_timeout_seconds",
+    "body_timeout_seconds",
+)
+_NOT_NEGATIVE = (
+    "retention_days",
+    "report_memory_mb",
+    "max_body_bytes",
+    "jwks_cache_seconds",
+    "jwks_refetch_cooldown_seconds",
+    "shutdown_timeout_seconds",
+)
+_RATE_LIMITS = (
+    "collect_limit_per_key",
+    "collect_limit_per_ip",
+    "session_limit_per_user",
+    "export_limit_per_user",
+)
+IP_PRIVACY = ("store", "hash")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+# Signing algorithms PyJWT verifies ("none" is never one).
+JWT_ALGORITHMS = frozenset(
+    {
+        "HS256",
+        "HS384",
+        "HS512",
+        "RS256",
+        "RS384",
+        "RS512",
+        "ES256",
+        "ES256K",
+        "ES384",
+        "ES512",
+        "PS256",
+        "PS384",
+        "PS512",
+        "EdDSA",
+    }
+)
+# Database names reach DDL as bare identifiers, as cluster names do.
+DATABASE_NAME = CLUSTER_NAME
+
+
+def check(settings: Settings) -> list[str]:
+    """What is wrong with ``settings``, each in plain words naming its variable; [] if
+    nothing. A value that would start a server quietly doing something else than asked (a
+    misspelt ``hash`` storing raw IPs, a log cap of 0 refusing every event) is refused here."""
+    from limits import parse
+
+    def name(field: str) -> str:
+        return ENV_PREFIX + field.upper()
+
+    problems = [
+        f"{name(f)} must be more than 0, got {getattr(settings, f)}"
+        for f in _POSITIVE
+        if getattr(settings, f) <= 0
+    ]
+    problems += [
+        f"{name(f)} must be 0 or more, got {getattr(settings, f)}"
+        for f in _NOT_NEGATIVE
+        if getattr(settings, f) < 0
+    ]
+    if settings.load_retry_max_ms < settings.load_retry_min_ms:
+        problems.append(
+            f"TALLY_LOAD_RETRY_MAX_MS ({settings.load_retry_max_ms}) must be at least "
+            f"TALLY_LOAD_RETRY_MIN_MS ({settings.load_retry_min_ms})"
+        )
+    if settings.ip_privacy not in ("", *IP_PRIVACY):
+        problems.append(
+            f"TALLY_IP_PRIVACY must be 'store' (keep each event's client IP) or 'hash' (keep a "
+            f"salted hash of it instead), got {settings.ip_privacy!r}"
+        )
+    if settings.log_level.upper() not in LOG_LEVELS:
+        problems.append(
+            f"TALLY_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {settings.log_level!r}"
+        )
+    for field in _RATE_LIMITS:
+        value = getattr(settings, field)
+        try:
+            if value.strip():
+                parse(value)
+        except ValueError:
+            problems.append(
+                f"{name(field)} must be a rate such as '100/second' or '30/minute' (empty for "
+                f"no limit), got {value!r}"
+            )
+    unknown = [a for a in settings.algorithms if a not in JWT_ALGORITHMS]
+    if unknown or not settings.algorithms:
+        problems.append(
+            "TALLY_JWT_ALGORITHMS must list signing algorithms separated by commas, among "
+            f"{', '.join(sorted(JWT_ALGORITHMS))}; got {settings.jwt_algorithms!r}"
+        )
+    if not DATABASE_NAME.match(settings.clickhouse_database):
+        problems.append(
+            "TALLY_CLICKHOUSE_DATABASE must be a plain identifier (letters, digits, underscore), "
+            f"got {settings.clickhouse_database!r}"
+        )
+    if settings.clickhouse_cluster and not CLUSTER_NAME.match(settings.clickhouse_cluster):
+        problems.append(
+            "TALLY_CLICKHOUSE_CLUSTER must be a plain identifier (letters, digits, underscore), "
+            f"got {settings.clickhouse_cluster!r}"
+        )
+    return problems
 
 
 def settings_to_env(settings: Settings) -> dict[str, str]:

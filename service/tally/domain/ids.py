@@ -9,7 +9,9 @@ import time
 from datetime import UTC, datetime
 
 KEY_PREFIX = "tk_"
-OBJECT_ID_PATTERN = "^[0-9a-f]{24}$"
+# ``(?!\n)``: Python's ``$`` also matches before a last newline ("<id>\n" would pass); in the
+# JSON Schema (ECMA-262) reading of the API docs it changes nothing.
+OBJECT_ID_PATTERN = "^[0-9a-f]{24}$(?!\n)"
 
 
 def object_id(now: float | None = None) -> str:
