@@ -492,6 +492,27 @@ V2_ERRORS = [
         "'visit:referrer' is not supported",
     ),
     (body(filters=[["matches", "path", ["^/a"]]]), "$.filters[0][0]", OPS),
+    # Plausible's logical and behavioural filters: named, not "must be an array of three".
+    (
+        body(filters=[["and", [["is", "path", ["/a"]], ["is", "country", ["DE"]]]]]),
+        "$.filters[0][0]",
+        "'and' is not supported: list the filters side by side",
+    ),
+    (
+        body(filters=[["is", "path", ["/a"]], ["or", [["is", "path", ["/a"]]]]]),
+        "$.filters[1][0]",
+        "'or' is not supported: give one filter several values",
+    ),
+    (
+        body(filters=[["not", ["is", "path", ["/a"]]]]),
+        "$.filters[0][0]",
+        "'not' is not supported: use the is_not or contains_not operator",
+    ),
+    (
+        body(filters=[["has_done", ["is", "event:name", ["Signup"]]]]),
+        "$.filters[0][0]",
+        "'has_done' is not supported: behavioural filters",
+    ),
     (body(filters=[["is", "path", []]]), "$.filters[0][2]", "must have at least one value"),
     (body(filters={"a": 1}), "$.filters", "Expected `array`, got `object`"),
     (body(filters=[["is", ["visit:referrer"], ["x"]]]), "$.filters[0][1]", DIMS),

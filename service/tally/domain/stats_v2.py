@@ -72,6 +72,14 @@ PLAUSIBLE_DIMENSIONS: Mapping[str, str] = {
     "visit:os": "os",
     "visit:device": "deviceType",
 }
+# Plausible's logical and behavioural filters, which Tally's flat list of filters does not take.
+_LOGICAL = {
+    "and": "list the filters side by side; they combine with AND",
+    "or": "give one filter several values; they combine with OR (across dimensions, ask twice)",
+    "not": "use the is_not or contains_not operator",
+    "has_done": "behavioural filters (visitors who did an event) are not offered",
+    "has_not_done": "behavioural filters (visitors who did an event) are not offered",
+}
 # Plausible names that look like a Tally dimension but mean something else: refused with why.
 _NOT_THE_SAME = {
     "visit:referrer": "Tally's referrer is per event; use referrer",
@@ -255,6 +263,11 @@ def validate_query(body: QueryBody) -> V2Query:
         filters = validate_filters(body.filters, aliases=PLAUSIBLE_DIMENSIONS)
     except InvalidQuery as exc:
         for i, item in enumerate(body.filters):
+            first = item[0] if isinstance(item, list) and item else None
+            if isinstance(first, str) and first in _LOGICAL:
+                raise _bad(
+                    f"$.filters[{i}][0]", f"{first!r} is not supported: {_LOGICAL[first]}"
+                ) from None
             given = item[1] if isinstance(item, list) and len(item) > 1 else None
             if isinstance(given, str) and given in _NOT_THE_SAME:
                 raise _bad(
