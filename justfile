@@ -59,7 +59,7 @@ schema-cluster CLUSTER="tally_cluster":
 bench *ARGS:
     python -m benchmarks {{ARGS}}
 
-# the quick benchmark suite (under three minutes on 2 cores)
+# the quick benchmark suite (100k and 1M events; some tens of minutes on 2 cores)
 [group('bench')]
 bench-quick *ARGS:
     python -m benchmarks --quick {{ARGS}}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from . import dashboard, export, ingest, queries
@@ -116,6 +117,34 @@ def plot(results: dict[str, Any], path: Any) -> bool:
     return True
 
 
+def _counts(text: str) -> list[int]:
+    """A comma-separated list of positive whole numbers (``--sizes``, ``--sweep``)."""
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of whole numbers"
+        ) from None
+    if any(n < 1 for n in counts):
+        raise argparse.ArgumentTypeError(f"{text!r}: each number must be at least 1")
+    return counts
+
+
+def _sweep(text: str) -> list[int]:
+    """``--sweep``: connection counts, or ``none`` (or empty) for no sweep."""
+    return [] if text.strip() in ("", "none") else _counts(text)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_const", dest="mode", const="quick")
@@ -129,12 +158,15 @@ def main(argv: list[str] | None = None) -> int:
         "range timings, their exactness and the cost of the dimensions (also in a full run)",
     )
     parser.add_argument("--output", default="latest.json", help="file name under results/")
-    parser.add_argument("--sizes", help="tenant sizes in events, comma-separated (e.g. 1000000)")
+    parser.add_argument(
+        "--sizes", type=_counts, help="tenant sizes in events, comma-separated (e.g. 1000000)"
+    )
     parser.add_argument("--seconds", type=float, help="duration of each ingest run")
     parser.add_argument(
         "--sweep",
+        type=_sweep,
         help="also run ingest at these connection counts, comma-separated (full mode: 16,64; "
-        "'none' to skip)",
+        "'none' or empty to skip)",
     )
     parser.add_argument(
         "--clickhouse-url",
@@ -143,18 +175,21 @@ def main(argv: list[str] | None = None) -> int:
         "each run uses its own database tally_bench_*, dropped first",
     )
     parser.add_argument(
-        "--workers", type=int, default=1, help="tally serve worker processes (server URL only)"
+        "--workers",
+        type=_positive,
+        default=1,
+        help="tally serve worker processes (server URL only)",
     )
     args = parser.parse_args(argv)
     if args.workers > 1 and storage_kind(args.clickhouse_url) == "embedded":
         parser.error("--workers above 1 needs --clickhouse-url: the embedded engine is one process")
     mode = dict(MODES[args.mode or "full"])
     if args.sizes:
-        mode["sizes"] = [int(size) for size in args.sizes.split(",")]
+        mode["sizes"] = args.sizes
     if args.seconds:
         mode["seconds"] = args.seconds
-    if args.sweep:
-        mode["sweep"] = [] if args.sweep == "none" else [int(n) for n in args.sweep.split(",")]
+    if args.sweep is not None:
+        mode["sweep"] = args.sweep
     started = time.monotonic()
     results: dict[str, Any] = {
         "mode": args.mode or "full",
@@ -200,8 +235,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     results["elapsed_s"] = round(time.monotonic() - started, 1)
     path = write_results(results, args.output)
-    if plot(results, RESULTS / "dashboard_latency.png"):
-        print(f"plot: {RESULTS / 'dashboard_latency.png'}")
+    # Named after the results (latest.json: dashboard_latency.png, as before), so that a run
+    # with --output does not overwrite another run's plot.
+    stem = Path(args.output).stem
+    picture = RESULTS / ("dashboard_latency.png" if stem == "latest" else f"{stem}.png")
+    if plot(results, picture):
+        print(f"plot: {picture}")
     print(table(results))
     print(f"results: {path}")
     mismatches = queries.all_exact(results)

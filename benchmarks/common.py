@@ -62,16 +62,19 @@ def machine() -> dict[str, Any]:
 
 
 def git_commit() -> str:
-    try:
+    """The commit measured, ``-dirty`` after it when the tree holds changes not in it."""
+
+    def git(*args: str) -> str:
         return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            cwd=Path(__file__).parent,
-            check=True,
+            ["git", *args], capture_output=True, text=True, cwd=Path(__file__).parent, check=True
         ).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short", "HEAD")
+        changed = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+    return f"{commit}-dirty" if changed else commit
 
 
 def storage_kind(url: str) -> str:
@@ -103,7 +106,12 @@ def drop_bench_database(url: str) -> None:
     target = parse_url(url)
     if not target.database.startswith("tally_bench_"):
         raise ValueError(f"refusing to drop {target.database!r}: not a benchmark database")
-    client = connect(target, database="")
+    try:
+        client = connect(target, database="")
+    except Exception as exc:  # the first thing a run asks of the server: say so in words
+        raise SystemExit(
+            f"benchmarks: cannot reach {target.description} (--clickhouse-url): {exc}"
+        ) from None
     try:
         client.command(f"DROP DATABASE IF EXISTS {target.database} SYNC")
     finally:

@@ -42,6 +42,7 @@ from functools import lru_cache
 from typing import Any
 
 from tally.storage.client import Storage, parse_url
+from tally.storage.migrate import migrate
 from tally.storage.writer import INSERT_SETTINGS
 
 EVENTS_PER_SESSION = 6
@@ -406,6 +407,7 @@ def main() -> None:
     args = parser.parse_args()
     storage = Storage(parse_url(args.url), pool_size=1)
     try:
+        migrate(storage)  # a fresh engine has no tables yet
         seconds = generate(storage, args.project, args.events, args.seed)
         settled = settle_merges(storage)
     finally:

@@ -182,7 +182,10 @@ def measure(
             out["acknowledged_events"] = acknowledged
             out["stored_events"] = stored
             out["lost_events"] = lost_events(acknowledged, stored)
+        if not noop and counters is not None and during is not None and workers == 1:
             # What ClickHouse saw: INSERTs per second during the load, rows per INSERT overall.
+            # The counters are a worker's own, and each health check may reach another worker:
+            # with several, differences of two readings would mix workers, so none is given.
             out["inserts_per_s"] = round(
                 (during["inserts"] - counters["inserts"]) / result["duration_s"], 2
             )

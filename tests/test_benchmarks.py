@@ -3,6 +3,7 @@ generator's determinism, and a smoke run of the whole suite on tiny sizes (no ti
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -250,6 +251,8 @@ def test_smoke_run_of_the_suite(tmp_path):
         assert results["dashboard"][size]["merge_settle_seconds"] >= 0
     assert {"machine.cores", "storage", "git_commit"} <= set(keys)
     assert results["queries"]["2k"]["exact_all"] and "cost.vs_004.insert_ratio" in keys
+    if importlib.util.find_spec("matplotlib"):  # the plot is named after the results
+        assert f"plot: {ROOT / 'benchmarks' / 'results' / 'smoke.png'}" in done.stdout
     if "ingest" in results:
         assert results["ingest"]["lost_events"] == 0
         for name in (
@@ -442,3 +445,47 @@ def test_targets_are_judged_at_10m_with_growth_from_1m():
     results = {"queries": {"1M": {"mismatches": []}, "10M": {"mismatches": ["breakdown.os"]}}}
     results["queries"]["targets"] = out
     assert all_exact(results) == ["10M: breakdown.os"]
+
+
+BAD_ARGUMENTS = {
+    "sweep not numbers": (["--sweep", "abc"], "argument --sweep: 'abc' is not a comma-separated"),
+    "sizes not numbers": (["--sizes", "1,x"], "argument --sizes: '1,x' is not a comma-separated"),
+    "no workers": (["--workers", "0"], "argument --workers: 0 must be at least 1"),
+    "server not there": (
+        ["--only", "export", "--clickhouse-url", "http://u:p@127.0.0.1:1/x"],
+        "benchmarks: cannot reach ClickHouse server http://127.0.0.1:1",
+    ),
+}
+
+
+@pytest.mark.parametrize(("args", "said"), BAD_ARGUMENTS.values(), ids=BAD_ARGUMENTS.keys())
+def test_the_suite_says_what_is_wrong_with_its_arguments(args, said):
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert done.returncode != 0
+    assert said in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert "u:p@" not in done.stderr  # credentials are not printed
+
+
+def test_the_generator_loads_a_tenant_into_a_fresh_engine(tmp_path):
+    """``python -m benchmarks.generate`` on a folder no Tally has opened: it applies the schema
+    (it failed with "Table tally.events does not exist")."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.generate",
+            *("--url", f"chdb://{tmp_path}/ch", "--project", "p" * 24, "--events", "2000"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert done.returncode == 0, done.stderr
+    assert "generated 2000 events" in done.stdout
