@@ -469,3 +469,40 @@ def test_serve_binds_a_host_name(tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=60)
+
+
+@pytest.mark.slow
+def test_a_worker_started_in_a_clickhouse_outage_waits_for_it(tmp_path):
+    """Deployments serve with --no-migrate (the schema is a step of its own). A worker that
+    started while its ClickHouse server did not answer crashed; granian restarted it, it crashed
+    again, and granian stopped the whole server. It now waits, saying so, and tries again."""
+    port = free_port()
+    env = clean_env(
+        tmp_path,
+        TALLY_CLICKHOUSE_URL=f"http://default:s3cr3t-pw@127.0.0.1:{free_port()}/t",
+        TALLY_JWT_SECRET="s" * 32,
+        TALLY_DATA_DIR=str(tmp_path),
+    )
+    log = tmp_path / "serve.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [*TALLY, "serve", "--no-migrate", "--port", str(port)],
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while log.read_text().count("this worker waits for it") < 3:
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.5)
+        assert proc.poll() is None
+        text = log.read_text()
+        assert "Worker crash loop" not in text and "Traceback" not in text, text
+        assert "s3cr3t-pw" not in text
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)

@@ -42,7 +42,7 @@ from .http.ratelimit import RateLimits
 from .http.schemas import CLOSED_BODIES
 from .http.timeouts import body_deadline
 from .http.v2 import v2_query
-from .storage.client import Storage, parse_url
+from .storage.client import Storage, Target, parse_url
 from .storage.ingestlog import IngestLog
 from .storage.keys import KeyRegistry
 from .storage.loader import Loader
@@ -122,6 +122,43 @@ def fault_pause(settings: Settings) -> Any:
     return pause
 
 
+# A worker that starts while its ClickHouse server does not answer waits for it, trying again
+# after this many seconds, doubling up to the second figure.
+STORAGE_RETRY_SECONDS = (1.0, 30.0)
+
+
+async def reachable_storage(settings: Settings, target: Target) -> Storage:
+    """The storage pool, once ClickHouse answers. A server that does not answer is waited for,
+    with a log line per attempt: a worker started in an outage (a new pod, or one replaced after
+    the OOM killer) that crashed instead was restarted at once and crashed again, and granian
+    then stopped the whole server, its healthy workers and their ingest logs included. The
+    embedded engine is in this process: what fails there does not pass by waiting."""
+
+    def open_pool() -> Storage:
+        return Storage(
+            target,
+            settings.clickhouse_pool_size,
+            settings.clickhouse_cluster,
+            settings.report_memory_mb,
+        )
+
+    delay, ceiling = STORAGE_RETRY_SECONDS
+    while True:
+        try:
+            return await asyncio.to_thread(open_pool)
+        except Exception as exc:
+            if target.kind == "chdb":
+                raise
+            log.warning(
+                "%s does not answer (%s); this worker waits for it, trying again in %.0f s",
+                target.description,
+                exc,
+                delay,
+            )
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, ceiling)
+
+
 def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
     """Build the Tally app. ``migrate=True`` applies ``schema/`` at startup (tests, one process)."""
 
@@ -130,13 +167,7 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
         state = app.state
         target = parse_url(settings.storage_url, settings.clickhouse_database)
         log.info("storage: %s", target.description)
-        storage = await asyncio.to_thread(
-            Storage,
-            target,
-            settings.clickhouse_pool_size,
-            settings.clickhouse_cluster,
-            settings.report_memory_mb,
-        )
+        storage = await reachable_storage(settings, target)
         if migrate:
             await asyncio.to_thread(apply_schema, storage, settings.retention_days)
         store = ProjectStore(storage)
