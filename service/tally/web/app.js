@@ -1,7 +1,8 @@
 // Tally's dashboard page: sign-in, projects and keys, the analytics of a project.
 // Plain browser JavaScript (no build step); charts by plotly.js, which Tally serves from the
-// plotly Python package. Every element is built with textContent, never innerHTML, so nothing a
-// tracked site sends (paths, referrers, event names) can inject markup.
+// plotly Python package. Every element is built with textContent, never innerHTML, and every
+// value a chart shows is escaped for plotly's markup (plotText), so nothing a tracked site sends
+// (paths, referrers, event names) can inject markup.
 'use strict';
 
 (() => {
@@ -93,8 +94,11 @@
   // The token's subject, for display only (the server verifies the token on every request).
   function subject(value) {
     try {
+      // base64url of UTF-8 JSON: atob gives its bytes, TextDecoder the text ("jörg", not "jÃ¶rg").
       const part = value.split('.')[1].replace(/-/g, '+').replace(/_/g, '/');
-      return JSON.parse(atob(part)).sub || '';
+      const bytes = Uint8Array.from(atob(part), (c) => c.charCodeAt(0));
+      const sub = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes)).sub;
+      return typeof sub === 'string' ? sub : '';
     } catch (e) {
       return '';
     }
@@ -238,11 +242,36 @@
     return q.toString();
   }
 
-  // Clicking a row of a panel keeps only that traffic: an `is` filter on the row's dimension,
+  // The API's longest filter value, in characters (code points).
+  const MAX_FILTER_VALUE = 2048;
+
+  // The first n characters (code points) of text: never half of a surrogate pair.
+  function cutText(text, n) {
+    const s = String(text);
+    if (s.length <= n) return s;
+    let out = '';
+    let count = 0;
+    for (const ch of s) {
+      if (count++ >= n) break;
+      out += ch;
+    }
+    return out;
+  }
+  const charCount = (text) => [...String(text)].length;
+
+  // The filter a click on a row (or bar) with this value makes: `is` the value, or, for a value
+  // longer than the API takes in a filter (a referrer of up to 4096 characters), `contains` its
+  // first 2048 characters, so the chip says what the numbers are.
+  function clickFilter(dim, value) {
+    const text = String(value);
+    return charCount(text) > MAX_FILTER_VALUE ? ['contains', dim, [cutText(text, MAX_FILTER_VALUE)]] : ['is', dim, [text]];
+  }
+
+  // Clicking a row of a panel keeps only that traffic: a filter on the row's dimension,
   // replacing any earlier filter on the same dimension (as Plausible does).
   function addFilter(dim, value) {
     const r = route();
-    const filters = r.filters.filter(([, d]) => d !== dim).concat([['is', dim, [value]]]);
+    const filters = r.filters.filter(([, d]) => d !== dim).concat([clickFilter(dim, value)]);
     go(viewParams(r, { filters }));
   }
 
@@ -738,7 +767,7 @@
       return {
         class: 'filterable',
         tabindex: '0',
-        title: `Show only ${value}`,
+        title: clickFilter(dim, value)[0] === 'is' ? `Show only ${value}` : `Show only values containing its first ${MAX_FILTER_VALUE} characters`,
         'data-filter-dim': dim,
         'data-filter-value': value,
         onclick: pick,
@@ -853,6 +882,15 @@
     // Purged once drawn: a map still fetching its shapes would otherwise finish on a purged chart.
     cleanups.push(() => Promise.resolve(drawn).then(() => window.Plotly.purge(el), () => window.Plotly.purge(el)));
   }
+
+  // Text for plotly: it reads a subset of HTML in tick labels, hover text, titles and legends
+  // (<a href>, <b>, <br>, <span style>, entities), so every value that reaches a chart is
+  // escaped and shows as the text it is (an event called "<b>x</b>" reads "<b>x</b>").
+  const plotText = (text) => String(text).replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+
+  // A chart's label of a value: its first n characters, with an ellipsis when cut (the whole value
+  // is in the hover), escaped for plotly.
+  const plotLabel = (text, n) => plotText(charCount(text) > n ? cutText(text, n - 1) + '…' : String(text));
 
   // Whole numbers on count axes: Plotly would otherwise tick 0.5 steps for small counts.
   const countAxis = (max) => ({ rangemode: 'tozero', tickformat: ',d', ...(max <= 8 ? { dtick: 1 } : {}) });
@@ -996,31 +1034,45 @@
           hovertemplate: '%{x}:00–%{x}:59: %{z:,} events<extra></extra>',
         },
       ],
-      { height: 120, margin: { l: 56, r: 12, t: 8, b: 36 }, xaxis: { dtick: 3, title: { text: `local hour of day (${tz})` } }, yaxis: { tickformat: '' } }
+      { height: 120, margin: { l: 56, r: 12, t: 8, b: 36 }, xaxis: { dtick: 3, title: { text: plotText(`local hour of day (${tz})`) } }, yaxis: { tickformat: '' } }
     );
-    const rows = d.eventBreakdown.filter((r) => r.name !== 'session_end');
+    const rows = d.eventBreakdown.filter((r) => r.name !== 'session_end').reverse(); // bottom to top: the most frequent on top
     if (!rows.length) return;
+    // Event names are the site's words: each bar is a category (a name like "404" or
+    // "2026-01-01" must not turn the axis into numbers or dates), labelled with the name escaped
+    // and cut to what leaves the bars most of the chart's width; the hover has the whole name.
+    const width = boxes.events.clientWidth || 500;
+    const chars = Math.max(8, Math.min(32, Math.floor((width * 0.4) / 7)));
+    const names = rows.map((r) => plotText(r.name));
     plot(
       boxes.events,
       [
         {
           type: 'bar',
           orientation: 'h',
-          y: rows.map((r) => r.name).reverse(),
-          x: rows.map((r) => r.count).reverse(),
+          y: names,
+          x: rows.map((r) => r.count),
+          customdata: names,
           marker: { color: COLORS[4] },
-          hovertemplate: '%{y}: %{x:,}<extra></extra>',
+          hovertemplate: '%{customdata}: %{x:,}<extra></extra>',
         },
       ],
       {
         height: Math.max(140, 40 + rows.length * 26),
-        margin: { l: 110, r: 12, t: 8, b: 32 },
+        margin: { l: 40, r: 12, t: 8, b: 32 },
         xaxis: countAxis(Math.max(...rows.map((r) => r.count))),
-        yaxis: { automargin: true, tickformat: '' },
+        yaxis: {
+          type: 'category',
+          automargin: true,
+          tickformat: '',
+          tickmode: 'array',
+          tickvals: names,
+          ticktext: rows.map((r) => plotLabel(r.name, chars)),
+        },
       }
     );
     // A bar filters the dashboard by its event, as the rows below do.
-    filterOnClick([[boxes.events, 'event']]);
+    filterOnClick([[boxes.events, 'event', rows.map((r) => r.name)]]);
   }
 
   // --- breakdown panels: each loads GET /api/breakdown on its own -----------------------------
@@ -1144,7 +1196,7 @@
           locationmode: 'ISO-3',
           locations: known.map((x) => ISO2_TO_3[x.value]),
           z: known.map((x) => x.visitors),
-          text: known.map((x) => countryName(x.value)),
+          text: known.map((x) => plotText(countryName(x.value))),
           colorscale: [
             [0, '#bfdbfe'],
             [1, COLORS[0]],
@@ -1348,8 +1400,8 @@
             true,
             csvOf('recent-events', ['occurred_at', 'name', 'path', 'visitor_id'], d.recentEvents.map((e) => [e.occurredAt, e.name, e.path, e.visitorId]))
           )
-        ),
-        h('p', { class: 'muted attribution' }, 'Countries: ', h('a', { href: 'https://db-ip.com', text: 'IP Geolocation by DB-IP' }), ' (CC BY 4.0); map shapes: Natural Earth.')
+        )
+        // DB-IP's attribution (its CC BY 4.0 license asks for it) is the page's footer.
       );
       drawTimeline(boxes.timeline, points, unit, 'visitors');
       drawCharts(boxes, d, tz);
@@ -1726,14 +1778,16 @@
   }
 
   // Bars of a horizontal bar chart filter the dashboard by their value when clicked, as rows of
-  // the tables do: charts = [[element, dimension]].
+  // the tables do: charts = [[element, dimension, the values of the bars in order]] (the chart's
+  // own labels are escaped for plotly, so the value is taken from the list, by the bar's index).
   function filterOnClick(charts) {
-    for (const [el, dim] of charts) {
+    for (const [el, dim, values] of charts) {
       if (!el || typeof el.on !== 'function') continue; // not drawn (plotly.js missing)
       el.dataset.filterDim = dim;
       el.on('plotly_click', (e) => {
         const point = e && e.points && e.points[0];
-        if (point && point.y !== undefined) addFilter(dim, String(point.y));
+        const value = point && values[point.pointNumber];
+        if (value !== undefined) addFilter(dim, value);
       });
     }
   }
@@ -1762,7 +1816,7 @@
       .map((m, i) => ({
         type: 'scatter',
         mode: 'lines+markers',
-        name: `${names[m] || m}, ${c.from} – ${c.to}`,
+        name: plotText(`${names[m] || m}, ${c.from} – ${c.to}`),
         x: placed.map(([at]) => at),
         y: placed.map(([, t]) => t[m]),
         customdata: placed.map(([, t]) => t.day),

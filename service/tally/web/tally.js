@@ -54,15 +54,26 @@
     return id;
   };
   const visitor = () => get('tally_vid') || (set('tally_vid', rid()), get('tally_vid'));
+  // n characters (code points, as the server counts): never half an emoji; lone surrogates,
+  // which the server refuses, become U+FFFD.
+  const cut = (v, n) => {
+    let o = '';
+    for (const c of String(v)) {
+      if (!n--) break;
+      o += c < '\ud800' || c > '\udfff' || c[1] ? c : '\ufffd';
+    }
+    return o;
+  };
   const clean = (m) => {
     if (!m || typeof m != 'object') return;
     const o = {};
     let n = 0;
-    for (const k of Object.keys(m)) {
-      let v = m[k];
+    for (const key of Object.keys(m)) {
+      let v = m[key];
       const t = typeof v;
-      if (n >= 50 || !k || k.length > 100) continue;
-      if (t == 'string') v = v.slice(0, 1024);
+      const k = cut(key, 101); // left out if longer than 100 characters
+      if (n >= 50 || !k || k != cut(k, 100)) continue;
+      if (t == 'string') v = cut(v, 1024);
       else if (t == 'number') v = isFinite(v) ? v : null;
       else if (t != 'boolean' && v !== null) continue;
       o[k] = v;
@@ -117,8 +128,8 @@
       Object.assign(
         {
           name,
-          path: location.pathname.slice(0, 2048),
-          url: location.href.slice(0, 4096),
+          path: cut(location.pathname, 2048),
+          url: cut(location.href, 4096),
           sessionId: session(),
           visitorId: visitor(),
           metadata,
@@ -136,13 +147,13 @@
     let referrer;
     if (last === undefined && d.referrer) {
       try {
-        if (new URL(d.referrer).host != location.host) referrer = d.referrer.slice(0, 4096);
+        if (new URL(d.referrer).host != location.host) referrer = cut(d.referrer, 4096);
       } catch (e) {}
     }
     last = p;
     add(
       'pageview',
-      { viewportWidth: w.innerWidth, viewportHeight: w.innerHeight, pageTitle: d.title.slice(0, 1024) },
+      { viewportWidth: w.innerWidth, viewportHeight: w.innerHeight, pageTitle: cut(d.title, 1024) },
       { referrer }
     );
   };
@@ -173,7 +184,7 @@
   const api = (w.tally = {
     loaded: true,
     track(name, metadata) {
-      name = String(name == null ? '' : name).slice(0, 100);
+      name = cut(name == null ? '' : name, 100);
       if (name) add(name, clean(metadata));
     },
     optOut() {
