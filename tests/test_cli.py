@@ -239,11 +239,12 @@ def test_a_second_serve_on_the_same_data_folder_is_refused_plainly(tmp_path):
             text=True,
             timeout=120,
         )
-        assert second.returncode != 0
-        assert (
+        held = (
             f"the data folder {tmp_path.resolve()} is in use by another Tally process "
             f"(PID {first.proc.pid})"
-        ) in second.stderr, second.stderr
+        )
+        assert second.returncode != 0
+        assert held in second.stderr, second.stderr
         assert "schema could not be applied" not in second.stderr
         # `tally migrate` on it said only "Error initializing EmbeddedServer: . (BAD_ARGUMENTS)"
         # after a page of the engine's stack.
@@ -251,10 +252,7 @@ def test_a_second_serve_on_the_same_data_folder_is_refused_plainly(tmp_path):
             [*TALLY, "migrate"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
         )
         assert migrate.returncode != 0
-        assert (
-            f"the data folder {tmp_path.resolve()} is in use by another Tally process "
-            f"(PID {first.proc.pid})"
-        ) in migrate.stderr, migrate.stderr
+        assert held in migrate.stderr, migrate.stderr
         assert "EmbeddedServer" not in migrate.stderr
         assert httpx.get(f"{first.url}/api/health", timeout=10).status_code == 200
     finally:
@@ -449,21 +447,27 @@ def test_bad_input_is_one_plain_line(tmp_path, args, env, said):
     assert done.stdout == ""
 
 
-@pytest.mark.slow
-def test_serve_binds_a_host_name(tmp_path):
-    """granian binds addresses only: ``--host localhost`` was a traceback."""
-    port = free_port()
-    env = clean_env(tmp_path, TALLY_DATA_DIR=str(tmp_path), TALLY_JWT_SECRET="s" * 32)
+def serve_logged(tmp_path: Path, env: dict[str, str], *args: str):
+    """A `tally serve` in a process group of its own, its output in ``tmp_path/serve.log``."""
     log = tmp_path / "serve.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [*TALLY, "serve", "--host", "localhost", "--port", str(port)],
+            [*TALLY, "serve", *args],
             cwd=tmp_path,
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    return proc, log
+
+
+@pytest.mark.slow
+def test_serve_binds_a_host_name(tmp_path):
+    """granian binds addresses only: ``--host localhost`` was a traceback."""
+    port = free_port()
+    env = clean_env(tmp_path, TALLY_DATA_DIR=str(tmp_path), TALLY_JWT_SECRET="s" * 32)
+    proc, log = serve_logged(tmp_path, env, "--host", "localhost", "--port", str(port))
     try:
         wait_healthy(f"http://127.0.0.1:{port}", proc, log.read_text)
     finally:
@@ -483,16 +487,7 @@ def test_a_worker_started_in_a_clickhouse_outage_waits_for_it(tmp_path):
         TALLY_JWT_SECRET="s" * 32,
         TALLY_DATA_DIR=str(tmp_path),
     )
-    log = tmp_path / "serve.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [*TALLY, "serve", "--no-migrate", "--port", str(port)],
-            cwd=tmp_path,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    proc, log = serve_logged(tmp_path, env, "--no-migrate", "--port", str(port))
     try:
         deadline = time.monotonic() + 60
         while log.read_text().count("this worker waits for it") < 3:

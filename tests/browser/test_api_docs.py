@@ -24,6 +24,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_site_owner import (  # noqa: F401 - fixture: tally
+    BROWSER_TESTS,
     CHROMIUM,
     CHROMIUM_ARGS,
     DESKTOP,
@@ -35,14 +36,7 @@ from test_site_owner import (  # noqa: F401 - fixture: tally
 
 from conftest import token
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not CHROMIUM.exists(),
-        reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)",
-    ),
-]
+pytestmark = BROWSER_TESTS
 playwright_api = pytest.importorskip("playwright.sync_api")
 
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")

@@ -34,7 +34,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_site_owner import (  # noqa: F401 - fixtures: tally, site, browser
-    CHROMIUM,
+    BROWSER_TESTS,
     DESKTOP,
     FAILED_LOAD,
     PHONE,
@@ -51,14 +51,7 @@ from test_site_owner import (  # noqa: F401 - fixtures: tally, site, browser
 
 from conftest import token
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not CHROMIUM.exists(),
-        reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)",
-    ),
-]
+pytestmark = BROWSER_TESTS
 playwright_api = pytest.importorskip("playwright.sync_api")
 
 ZONE = "Europe/Berlin"

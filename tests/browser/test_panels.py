@@ -24,7 +24,7 @@ import httpx
 import pytest
 from test_site_owner import (  # noqa: F401 - fixtures
     ARTIFACTS,
-    CHROMIUM,
+    BROWSER_TESTS,
     DESKTOP,
     FAILED_LOAD,
     browser,
@@ -35,13 +35,7 @@ from test_site_owner import (  # noqa: F401 - fixtures
     watch,
 )
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"
-    ),
-]
+pytestmark = BROWSER_TESTS
 
 ZONE = "Asia/Kathmandu"
 PHONE_375 = {"width": 375, "height": 740}

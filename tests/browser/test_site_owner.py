@@ -48,7 +48,8 @@ ARTIFACTS = Path(
     or Path(__file__).resolve().parents[2] / "test-artifacts" / "browser"
 )
 
-pytestmark = [
+# Every browser test module's marks: slow, browser, and skipped without Debian's chromium.
+BROWSER_TESTS = [
     pytest.mark.slow,
     pytest.mark.browser,
     pytest.mark.skipif(
@@ -56,6 +57,7 @@ pytestmark = [
         reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)",
     ),
 ]
+pytestmark = BROWSER_TESTS
 playwright_api = pytest.importorskip("playwright.sync_api")
 
 HEX_ID = re.compile(r"^[0-9a-f]{32}$")

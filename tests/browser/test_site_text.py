@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_filters_page import chips, pump, url_view
 from test_site_owner import (  # noqa: F401 - fixtures: tally, site, browser, watch
     ARTIFACTS,
-    CHROMIUM,
+    BROWSER_TESTS,
     DESKTOP,
     Site,
     Watch,
@@ -49,14 +49,7 @@ from test_site_owner import (  # noqa: F401 - fixtures: tally, site, browser, wa
 
 from conftest import JWT_SECRET, token
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not CHROMIUM.exists(),
-        reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)",
-    ),
-]
+pytestmark = BROWSER_TESTS
 playwright_api = pytest.importorskip("playwright.sync_api")
 
 PHONE_375 = {"width": 375, "height": 740}
