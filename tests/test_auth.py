@@ -170,6 +170,22 @@ def test_jwks_tokens(make_client, jwks):
         assert status(client, wrong) == 401
 
 
+def test_a_token_naming_a_key_of_another_type_is_refused(make_client, jwks):
+    """A kid is public: "alg": "ES256" on the provider's RSA key made PyJWT raise a TypeError
+    before any signature check, a 500 for anyone (and a traceback per request in the log)."""
+    with make_client(jwt_secret="", jwks_url=jwks.url) as client:
+
+        def part(value: dict) -> str:
+            return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+
+        for alg in ("ES256", "ES384", "HS256", "PS256"):
+            forged = f"{part({'alg': alg, 'kid': 'k1'})}.{part(claims())}.AAAA"
+            response = client.get("/api/projects", headers={"authorization": f"Bearer {forged}"})
+            assert response.status_code == 401, (alg, response.text)
+            assert response.json() == {"error": "Unauthorized"}
+        assert status(client, jwks.token("k1")) == 200
+
+
 def test_unknown_kids_do_not_hammer_the_provider(make_client, jwks):
     with make_client(jwt_secret="", jwks_url=jwks.url, jwks_refetch_cooldown_seconds=60) as client:
         assert status(client, jwks.token("k1")) == 200

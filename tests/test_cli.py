@@ -501,3 +501,22 @@ def test_a_worker_started_in_a_clickhouse_outage_waits_for_it(tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+
+
+def test_the_data_folder_is_readable_by_its_owner_only(tmp_path):
+    """The embedded engine's files hold client IPs, User-Agents and owners' ids. With the usual
+    umask (022) they were readable by every user of the machine; the secrets were 0600."""
+    data = tmp_path / "data"
+    env = clean_env(tmp_path, TALLY_DATA_DIR=str(data))
+    done = subprocess.run(
+        [*TALLY, "migrate"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    paths = [data, *data.rglob("*")]
+    assert len(paths) > 20  # the engine's folders and files
+    shared = [
+        f"{p.relative_to(tmp_path)} {oct(p.stat().st_mode & 0o777)}"
+        for p in paths
+        if not p.is_symlink() and p.stat().st_mode & 0o077
+    ]
+    assert shared == []

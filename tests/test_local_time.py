@@ -250,3 +250,44 @@ def test_bots_are_left_out_of_the_served_dashboard(client):
         assert "Googlebot" not in json.dumps(got)
     response = client.get(f"/api/dashboard?projectId={project_id}", headers=auth("mallory"))
     assert response.status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("zone", "off", "on"),
+    [
+        ("Africa/Monrovia", ("1971-06-01", "1971-06-02"), ("1973-06-01", "1973-06-02")),
+        ("Pacific/Kiritimati", ("1975-01-01", "1975-01-07"), ("1980-01-01", "1980-01-07")),
+    ],
+)
+def test_days_of_a_local_mean_time_are_a_400_in_words(client, zone, off, on):
+    """Two zones kept a local mean time into the 1970s (Monrovia -0:44:30, Kiritimati -10:40):
+    their days there do not start on the 15-minute grid of the rollups. The decider refused them
+    with a ValueError that nothing caught: a 500 on the dashboard, breakdowns and the query API."""
+    headers = auth("alice")
+    created = client.post(
+        "/api/projects", json={"name": "Old days", "timezone": zone}, headers=headers
+    )
+    assert created.status_code == 201, created.text
+    project_id = created.json()["projectId"]
+    for path in ("/api/dashboard", "/api/breakdown", "/api/dashboard?compare=previous_period&"):
+        sep = "&" if "?" in path else "?"
+        by = "&by=source" if "breakdown" in path else ""
+        answer = client.get(
+            f"{path.rstrip('&')}{sep}projectId={project_id}&from={off[0]}&to={off[1]}{by}",
+            headers=headers,
+        )
+        assert answer.status_code == 400, (path, answer.text)
+        body = answer.json()
+        assert body["error"] == "Invalid query"
+        assert body["details"][0]["path"] == "$.from"
+        assert "a local mean time off the 15-minute grid" in body["details"][0]["message"]
+        later = client.get(
+            f"{path.rstrip('&')}{sep}projectId={project_id}&from={on[0]}&to={on[1]}{by}",
+            headers=headers,
+        )
+        assert later.status_code == 200, (path, later.text)
+    query = {"site_id": project_id, "metrics": ["visitors"], "date_range": list(off)}
+    answer = client.post("/api/v2/query", json=query, headers=headers)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"] == "Invalid payload"
+    assert answer.json()["details"][0]["path"] == "$.date_range"

@@ -207,10 +207,14 @@ def _address(host: str) -> str:
 
 
 def _usable_data_folder(settings: Settings) -> None:
-    """Create the data folder (TALLY_DATA_DIR) if needed, or say in words why it cannot be."""
+    """Create the data folder (TALLY_DATA_DIR) if needed, or say in words why it cannot be.
+    What this process and its children create from here on is theirs alone (umask 077): the
+    embedded engine's files hold client IPs, User-Agents and owners' ids, and other users of the
+    machine could read them with the default umask (the secrets were already 0600)."""
+    os.umask(0o077)
     path = settings.data_path
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
     except FileExistsError:
         raise SystemExit(f"tally: TALLY_DATA_DIR {path} is a file, not a folder") from None
     except OSError as exc:

@@ -37,6 +37,18 @@ COMPARES: tuple[Compare, ...] = ("previous_period", "previous_year")
 _DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
 
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+QUARTER_HOUR = timedelta(minutes=15)
+
+
+def _offset(offset: timedelta | None) -> str:
+    """-0:44:30, +5:45."""
+    seconds = int((offset or timedelta()).total_seconds())
+    sign, seconds = ("-" if seconds < 0 else "+"), abs(seconds)
+    text = f"{sign}{seconds // 3600}:{seconds % 3600 // 60:02d}"
+    return text + (f":{seconds % 60:02d}" if seconds % 60 else "")
+
+
 def local_midnight(day: date, zone: ZoneInfo) -> datetime:
     """The UTC instant the local ``day`` begins in ``zone``.
 
@@ -58,12 +70,20 @@ class DateRange:
 
     @classmethod
     def of(cls, first_day: date, last_day: date, zone: ZoneInfo) -> DateRange:
-        return cls(
-            first_day,
-            last_day,
-            local_midnight(first_day, zone),
-            local_midnight(last_day + timedelta(days=1), zone),
-        )
+        """The range of those local days; ``InvalidQuery`` when one of its ends falls off the
+        15-minute grid that every rollup keeps: only a zone's historical local mean time does
+        (Africa/Monrovia until 1972, -0:44:30; Pacific/Kiritimati until 1979, -10:40)."""
+        start = local_midnight(first_day, zone)
+        end = local_midnight(last_day + timedelta(days=1), zone)
+        for day, instant, path in ((first_day, start, "$.from"), (last_day, end, "$.to")):
+            if (instant - EPOCH) % QUARTER_HOUR:
+                offset = datetime.combine(day, time(12), tzinfo=zone).utcoffset()
+                raise InvalidQuery(
+                    path,
+                    f"{day} in {zone.key} is {_offset(offset)} from UTC, a local mean time off "
+                    "the 15-minute grid Tally's rollups keep; choose later dates",
+                )
+        return cls(first_day, last_day, start, end)
 
     @property
     def days(self) -> int:

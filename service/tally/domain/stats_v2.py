@@ -157,7 +157,10 @@ class V2Query:
     offset: int
 
     def resolve_range(self, zone: ZoneInfo, now: datetime) -> DateRange:
-        return self.date_range.resolve(zone, now)
+        try:
+            return self.date_range.resolve(zone, now)
+        except InvalidQuery as exc:  # a date off the rollups' grid, said of the body
+            raise InvalidQuery("$.date_range", exc.message, INVALID_PAYLOAD) from None
 
     @property
     def time_dimension(self) -> str | None:

@@ -74,6 +74,10 @@ class JwksKeys:
         self._keys = {k.key_id: k for k in jwk_set.keys if k.key_id}
 
 
+# The JWK key type ("kty") each family of signing algorithms needs (RFC 7518).
+KEY_TYPES = {"RS": "RSA", "PS": "RSA", "ES": "EC", "HS": "oct", "Ed": "OKP"}
+
+
 class SessionVerifier:
     """Verifies session tokens: pinned algorithms, ``exp`` and ``sub`` required, iss/aud if set."""
 
@@ -102,7 +106,9 @@ class SessionVerifier:
             if self.jwks is not None:
                 kid = header.get("kid")
                 jwk = await self.jwks.get(kid) if isinstance(kid, str) else None
-                if jwk is None:
+                # A kid is public (the provider's JWKS is): a token may name an RSA key with
+                # "alg": "ES256". PyJWT then fails with a TypeError before any signature check.
+                if jwk is None or KEY_TYPES.get(str(header["alg"])[:2]) != jwk.key_type:
                     raise Unauthorized
                 key = jwk.key
             claims = jwt.decode(
@@ -114,7 +120,7 @@ class SessionVerifier:
                 leeway=LEEWAY_SECONDS,
                 options={"require": ["exp", "sub"], "verify_aud": self.audience is not None},
             )
-        except jwt.PyJWTError:
+        except (jwt.PyJWTError, TypeError, ValueError):  # a key unfit for the token's alg too
             raise Unauthorized from None
         # PyJWT reads these with int(), so "exp": "9999999999" passed; RFC 7519 makes each a
         # NumericDate, a JSON number.

@@ -128,6 +128,8 @@ async def asked_query(
         last=spec.last,
         **extra,
     )
+    # 400 for days a zone's local mean time puts off the rollups' 15-minute grid (ranges.py).
+    DateRange.of(query.first_day, query.last_day, query.zone)
     return query, against
 
 
