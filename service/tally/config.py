@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 from dotenv import dotenv_values
+from jwt.algorithms import get_default_algorithms
 
 ENV_PREFIX = "TALLY_"
 # Cluster names reach DDL as bare identifiers (ON CLUSTER name), so they are checked.
@@ -205,7 +206,7 @@ def _named(message: str, raw: dict[str, Any]) -> str:
     return f"{ENV_PREFIX}{field.upper()} must be {_TYPES.get(want, want)}, got {raw.get(field)!r}"
 
 
-# What a setting must be, beyond its type: (fields, test, words).
+# What a setting must be, beyond its type (check below).
 _POSITIVE = (
     "clickhouse_pool_size",
     "log_seal_age_ms",
@@ -234,25 +235,8 @@ _RATE_LIMITS = (
 )
 IP_PRIVACY = ("store", "hash")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-# Signing algorithms PyJWT verifies ("none" is never one).
-JWT_ALGORITHMS = frozenset(
-    {
-        "HS256",
-        "HS384",
-        "HS512",
-        "RS256",
-        "RS384",
-        "RS512",
-        "ES256",
-        "ES256K",
-        "ES384",
-        "ES512",
-        "PS256",
-        "PS384",
-        "PS512",
-        "EdDSA",
-    }
-)
+# Signing algorithms: the ones PyJWT verifies, "none" never.
+JWT_ALGORITHMS = frozenset(get_default_algorithms()) - {"none"}
 # Database names reach DDL as bare identifiers, as cluster names do.
 DATABASE_NAME = CLUSTER_NAME
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import queue
-import re
 import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -24,9 +23,10 @@ import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError, ProgrammingError
 
+from ..config import DATABASE_NAME
+
 T = TypeVar("T")
 
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 # Settings applied to every call.
 SESSION_SETTINGS: dict[str, Any] = {
@@ -140,7 +140,7 @@ def parse_url(url: str, default_database: str = "tally") -> Target:
         raise ValueError(
             f"unsupported ClickHouse URL scheme {parts.scheme!r}: use chdb:// or http(s)://"
         )
-    if not _IDENTIFIER.match(target.database):
+    if not DATABASE_NAME.match(target.database):
         raise ValueError(f"invalid database name {target.database!r}")
     return target
 
