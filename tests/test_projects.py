@@ -976,3 +976,79 @@ def test_cors_allows_patch(client):
     )
     assert response.status_code == 204
     assert "PATCH" in response.headers["access-control-allow-methods"]
+
+
+def test_delete_removes_events_acknowledged_but_not_yet_loaded(make_client, user):
+    # A 202 means "in the ingest log"; the log is loaded a seal age later. A site still sending
+    # traffic when it is deleted left its last events stored after the purge.
+    with make_client(log_seal_age_ms=600_000) as client:
+        client.wait_for_load = False  # the loader alone (the seal age: ten minutes)
+        doomed, doomed_key = new_project(client, user=user, name="Doomed")
+        kept, kept_key = new_project(client, user=user, name="Kept")
+        for key in (doomed_key, kept_key):
+            fill(client, user, key)
+        assert rows_per_table(client, doomed)["events"] == 0  # acknowledged, not loaded yet
+
+        response = client.delete(f"/api/projects?projectId={doomed}", headers=auth(user))
+        assert response.status_code == 204
+
+        client.load()
+        assert rows_per_table(client, doomed) == dict.fromkeys(PROJECT_TABLES, 0)
+        # the other project's acknowledged events were loaded with them, once
+        assert rows_per_table(client, kept)["events"] == 4
+
+
+def test_delete_waits_for_the_log_and_answers_503_while_storage_refuses_it(
+    make_client, user, tmp_path, monkeypatch
+):
+    from tally.http import controllers
+
+    monkeypatch.setattr(controllers, "DELETE_LOAD_TIMEOUT", 1.0)
+    fault = tmp_path / "fault"
+    with make_client(
+        fault_file=str(fault), log_seal_age_ms=600_000, load_retry_min_ms=10, load_retry_max_ms=50
+    ) as client:
+        client.wait_for_load = False
+        project_id, key = new_project(client, user=user)
+        fault.write_text("fail")  # every INSERT is refused
+        fill(client, user, key)
+
+        refused = client.delete(f"/api/projects?projectId={project_id}", headers=auth(user))
+        assert (refused.status_code, refused.json()) == (503, {"error": "Storage unavailable"})
+        # its keys stopped working; the project is still listed, so it can be deleted again
+        assert (
+            client.post(
+                "/api/collect", json={"events": [{"name": "a"}]}, headers={"x-api-key": key}
+            ).status_code
+            == 401
+        )
+        listed = client.get("/api/projects", headers=auth(user)).json()["projects"]
+        assert [p["id"] for p in listed] == [project_id]
+
+        fault.unlink()
+        monkeypatch.setattr(controllers, "DELETE_LOAD_TIMEOUT", 120.0)  # ClickHouse takes it now
+        again = client.delete(f"/api/projects?projectId={project_id}", headers=auth(user))
+        assert again.status_code == 204
+        assert rows_per_table(client, project_id) == dict.fromkeys(PROJECT_TABLES, 0)
+
+
+def test_a_key_revoked_while_its_request_was_read_is_refused(client, user):
+    from tally.domain.ids import hash_key
+    from tally.http.auth import Unauthorized
+    from tally.http.collect_fast import accept
+
+    project_id, key = new_project(client, user=user)
+    state = client.app.state
+    record = state.registry.cached(hash_key(key))  # what the request was let in with
+    assert record is not None
+    (listed,) = client.get(f"/api/projects/keys?projectId={project_id}", headers=auth(user)).json()[
+        "keys"
+    ]
+    revoked = client.delete(
+        f"/api/projects/keys?projectId={project_id}&keyId={listed['id']}", headers=auth(user)
+    )
+    assert revoked.status_code == 204
+    acknowledged = state.ingest.acknowledged
+    with pytest.raises(Unauthorized, match="Invalid API key"):
+        client.blocking_portal.call(accept, state, record, [], "127.0.0.1", "")
+    assert state.ingest.acknowledged == acknowledged

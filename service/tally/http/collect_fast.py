@@ -224,6 +224,10 @@ async def accept(state: Any, record: Any, events: Any, ip: str, user_agent: str)
         user_agent=user_agent,
         country=state.geo.country(ip),  # from the raw address, before hash_ip drops it
     )
+    if state.registry.cached(record.key_hash) is None:
+        # Revoked while the body was read (a project's deletion waits for appends under way,
+        # not for bodies still arriving): refused as it would be now.
+        raise Unauthorized("Invalid API key")
     await state.ingest.append(rows)
     state.registry.touch(record)
     return len(rows)

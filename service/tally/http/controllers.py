@@ -43,6 +43,27 @@ KeyIdParam = Annotated[
 ]
 
 
+# How long a project's deletion waits for the ingest log to load before answering 503.
+DELETE_LOAD_TIMEOUT = 30.0
+
+
+async def loaded_before_purge(state: State) -> None:
+    """Wait until the events acknowledged with the keys just revoked are loaded, so that the
+    purge that follows removes them too: a 202 means "in the ingest log", loaded about a second
+    later, and those of a site still sending traffic would otherwise be stored after the purge.
+    This process's appends under way are written first (a later one finds its key revoked);
+    with several workers (a ClickHouse server) the others refuse the keys within the key
+    refresh, so their log is waited for until then, and one second more for what they were
+    writing. Every worker of this data folder counts (the log's ``data_through_ms``); another
+    host's is not seen."""
+    await state.ingest.settled()
+    settings = state.settings
+    cut_ms = time.time_ns() // 1_000_000
+    if not settings.embedded:
+        cut_ms += int((settings.key_refresh_seconds + 1.0) * 1000)
+    await state.loader.loaded_through(cut_ms, DELETE_LOAD_TIMEOUT)
+
+
 class ProjectController(Controller):
     path = "/api/projects"
     guards = [session_guard]  # noqa: RUF012 - Litestar's declaration style
@@ -125,6 +146,7 @@ class ProjectController(Controller):
         # owner can simply delete it again.
         for record in await state.storage.run(store.revoke_project_keys, project_id):
             state.registry.apply(record)
+        await loaded_before_purge(state)
         await state.storage.run(store.purge_project_rows, project_id)
         await state.storage.run(store.mark_deleted, user, project)
 

@@ -304,6 +304,7 @@ class IngestLog:
         self._pending_rows = 0
         self._pending_bytes = 0
         self._waiters: list[asyncio.Future[None]] = []
+        self._committing = 0  # rows of the group being written (:meth:`settled`)
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
         # Set on the event loop when a segment is started or sealed: wakes the loader, which
@@ -421,6 +422,13 @@ class IngestLog:
         # group and are committed with it.
         await future
 
+    async def settled(self) -> None:
+        """Return once every row appended so far is written to a segment (or refused): what
+        an append already under way would add to the log is in a segment then, and a segment
+        begun before the caller's next clock reading (project deletion, http/controllers.py)."""
+        while self._pending or self._committing:
+            await asyncio.sleep(0.005)
+
     # --- flusher -------------------------------------------------------------------------
     async def _run(self) -> None:
         while True:
@@ -433,6 +441,7 @@ class IngestLog:
             payloads, rows, waiters = self._pending, self._pending_rows, self._waiters
             self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
             self._waiters = []
+            self._committing = rows
             error: BaseException | None = None
             async with self._lock:
                 active = self._active
@@ -442,6 +451,8 @@ class IngestLog:
                     )
                 except Exception as exc:
                     error = exc
+                finally:
+                    self._committing = 0
                 if self._active is not active:  # a segment was started or sealed
                     self.changed.set()
             if error is None:
@@ -539,6 +550,10 @@ class IngestLog:
         if self._active is None:
             return None
         return max(0.0, self._active.created_mono + self.seal_age - time.monotonic())
+
+    def active_since_ms(self) -> int | None:
+        """When this process's active segment was begun (epoch ms); None without one."""
+        return None if self._active is None else self._active.created_ms
 
     async def seal(self, force: bool = False) -> None:
         """Seal the active segment if it is old enough (or ``force``)."""
