@@ -151,6 +151,30 @@ def test_last_used_at_follows_collect(client, user):
     assert before - 1 <= used <= time.time() + 1
 
 
+def test_last_used_at_with_a_stored_and_a_pending_use(client, user):
+    # A stored last use (flushed) and a newer one still in memory: the later is shown (the
+    # stored time came back without a zone and comparing the two was a 500).
+    project_id, key = new_project(client, user=user)
+    state = client.app.state
+
+    def collect() -> None:
+        sent = {"events": [{"name": "a"}]}
+        assert client.post("/api/collect", json=sent, headers={"x-api-key": key}).status_code == 202
+
+    collect()
+    client.blocking_portal.call(state.registry.flush_usage)
+    (stored_key,) = client.get(
+        f"/api/projects/keys?projectId={project_id}", headers=auth(user)
+    ).json()["keys"]
+    time.sleep(0.01)
+    collect()
+    assert state.registry.pending_usage(stored_key["id"]) is not None
+    response = client.get(f"/api/projects/keys?projectId={project_id}", headers=auth(user))
+    assert response.status_code == 200, response.text
+    (listed,) = response.json()["keys"]
+    assert ISO_MS.match(listed["lastUsedAt"]) and listed["lastUsedAt"] > stored_key["lastUsedAt"]
+
+
 def test_additional_keys_with_and_without_label(client, user):
     project_id, _ = new_project(client, user=user)
     labelled = client.post(

@@ -306,7 +306,15 @@ class ProjectStore:
             {"project": project_id},
         )
         return [
-            KeyRow(id=r[0], label=r[1], key_preview=r[2], created_at=r[3], last_used_at=r[4])
+            # Aware UTC, as the registry's pending last uses they are compared with (the
+            # engine returns max()'s DateTime64 without its zone).
+            KeyRow(
+                id=r[0],
+                label=r[1],
+                key_preview=r[2],
+                created_at=as_utc(r[3]),
+                last_used_at=None if r[4] is None else as_utc(r[4]),
+            )
             for r in rows
         ]
 
