@@ -53,6 +53,8 @@ def test_valid_hs256(client):
         pytest.param(lambda: hs({k: v for k, v in claims().items() if k != "sub"}), id="no sub"),
         pytest.param(lambda: hs(claims(sub="")), id="empty sub"),
         pytest.param(lambda: hs(claims(sub=42)), id="sub not a string"),
+        # Signed, but no text: a lone surrogate has no UTF-8 (it was a 503, then a 500).
+        pytest.param(lambda: hs(claims(sub="\ud800")), id="sub a lone surrogate"),
         pytest.param(
             lambda: hs(claims(), secret="another-secret-of-sufficient-length!!"), id="wrong secret"
         ),

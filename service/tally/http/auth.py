@@ -129,6 +129,10 @@ class SessionVerifier:
         sub = claims.get("sub")
         if not isinstance(sub, str) or not sub:
             raise Unauthorized
+        try:
+            sub.encode()  # stored as the owner: a lone surrogate (JSON's \ud800) has no UTF-8
+        except UnicodeEncodeError:
+            raise Unauthorized from None
         return sub
 
 
