@@ -435,6 +435,12 @@ def test_head_health_answers_as_get_without_a_body(client):
 
 def test_unknown_route_and_method(client):
     assert client.get("/api/nope").json() == {"error": "Not found"}
+    # under the docs too, where Litestar answers with an HTML page of its own
+    for path in ("redoc", "elements", "oauth2-redirect.html", "whatever", "openapi.yml", "%FF"):
+        response = client.get(f"/api/schema/{path}")
+        assert (response.status_code, response.json()) == (404, {"error": "Not found"}), path
+    assert client.get("/api/schema").status_code == 200
+    assert client.get("/api/schema/swagger").status_code == 200
     response = client.put("/api/projects", json={})
     assert response.status_code == 405 and response.json() == {"error": "Method not allowed"}
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Request, Router
+from litestar import Request, Response, Router
+from litestar.exceptions import NotFoundException
 from litestar.openapi.plugins import JsonRenderPlugin, OpenAPIRenderPlugin
 
 from .pages import WebFiles
@@ -39,6 +40,14 @@ def render_plugins() -> list[OpenAPIRenderPlugin]:
     return [SwaggerPage(), JsonRenderPlugin()]
 
 
+def json_not_found(response: Response[Any]) -> Response[Any]:
+    """Litestar answers an unknown path under the docs (``/api/schema/redoc``) with an HTML page
+    of its own; it is the JSON ``Not found`` of every other unknown route here."""
+    if response.status_code == 404:
+        raise NotFoundException
+    return response
+
+
 def docs_router(path: str) -> Router:
     """The router of the OpenAPI routes, with the docs page's headers. The JSON document under it
     gets them too; a policy for scripts means nothing to a JSON response, and it is still never
@@ -49,6 +58,7 @@ def docs_router(path: str) -> Router:
         include_in_schema=False,
         dto=None,
         return_dto=None,
+        after_request=json_not_found,
         response_headers={
             "content-security-policy": DOCS_CSP,
             "cross-origin-opener-policy": "same-origin",
