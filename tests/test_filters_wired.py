@@ -226,6 +226,43 @@ def test_a_zone_and_a_from_to_range(client, site):
         check_dashboard(got_dashboard(client, query), want)
 
 
+def test_a_range_longer_than_the_days_limit_counts_every_day(client):
+    # from/to ranges reach 366 days, days only 90: the unfiltered (rollup) path kept 90 of the
+    # timeline's days (and of the totals), the filtered path all of them.
+    project_id, _ = new_project(client, user="long-range")
+    now = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2)
+    start = now - timedelta(days=300)
+    events = [
+        ref.Ev(
+            "pageview" if n % 3 else "signup",
+            start + timedelta(days=n, hours=(n * 7) % 24),
+            path="/" if n % 3 else "",
+            session_id=f"s{n}",
+            visitor_id=f"v{n % 40}",
+        )
+        for n in range(300)
+    ]
+    store(client, project_id, sent(events))
+    for zone in (ZoneInfo("UTC"), ZoneInfo("America/New_York")):
+        last = now.astimezone(zone).date() - timedelta(days=1)
+        first = last - timedelta(days=365)  # 366 days
+        for raw in ([], [["contains", "event", ["e"]]]):
+            filters = parse_filters(json.dumps(raw))
+            query = Query(
+                project_id, 366, now, tz=zone.key, filters=filters, first=first, last=last
+            )
+            want = ref.dashboard(
+                events,
+                as_tuple(raw) if raw else [],
+                zone=zone,
+                first_day=first,
+                last_day=last,
+                now=now,
+            )
+            assert want["summary"]["totalEvents"] >= 199
+            check_dashboard(got_dashboard(client, query), want)
+
+
 def _url(project_id: str, **params: str) -> str:
     return f"?projectId={project_id}" + "".join(f"&{k}={quote(v)}" for k, v in params.items())
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..domain.metrics import LIST_LIMIT, LIVE_WINDOW, MAX_DAYS, RECENT_LIMIT
+from ..domain.metrics import LIST_LIMIT, LIVE_WINDOW, RECENT_LIMIT
+from ..domain.ranges import MAX_RANGE_DAYS
 from .decider import Plan, decide
 from .model import Query
 
@@ -89,13 +90,15 @@ def dashboard_sql(query: Query, plan: Plan | None = None) -> dict[str, str]:
         SELECT grouping(d) AS g, {LOCAL_DAY} AS d, uniqExact(visitor_hash)
         FROM {{db}}.visitors_quarter WHERE {QUARTERS}{b}
         GROUP BY GROUPING SETS ((d), ())"""
-    # Timeline per local day, event names, heatmap per local hour: one scan of few rows.
+    # Timeline per local day, event names, heatmap per local hour: one scan of few rows. The
+    # LIMIT BY bounds the names (cut to LIST_LIMIT later) and keeps every day of the longest
+    # range, a from/to of MAX_RANGE_DAYS (``days`` is at most 90).
     out["quarters"] = f"""
         SELECT grouping(d, name, h) AS g, {LOCAL_DAY} AS d, name, {LOCAL_HOUR} AS h,
                sum(events) AS c, sumIf(events, name = 'pageview')
         FROM {{db}}.events_quarter WHERE {QUARTERS}{b}
         GROUP BY GROUPING SETS ((d), (name), (h))
-        ORDER BY g, c DESC, name ASC LIMIT {MAX_DAYS} BY g"""
+        ORDER BY g, c DESC, name ASC LIMIT {MAX_RANGE_DAYS} BY g"""
     if query.exclude_bots:
         out["bots"] = f"""
             SELECT sum(events) FROM {{db}}.events_quarter WHERE {QUARTERS} AND is_bot = 1"""
