@@ -434,3 +434,43 @@ def test_v2_query_paginates_and_refuses_what_it_does_not_support(client, site):
     assert bad.json()["details"][0]["path"] == "$.metrics[0]"
     other = client.post("/api/v2/query", json=body, headers=auth("eve"))
     assert other.status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("zone", "day"),
+    [
+        ("Pacific/Chatham", date(2025, 9, 28)),  # 02:45 +12:45 -> 03:45 +13:45
+        ("Australia/Lord_Howe", date(2025, 4, 6)),  # 02:00 +11 -> 01:30 +10:30
+        ("Australia/Lord_Howe", date(2025, 10, 5)),  # 02:00 +10:30 -> 02:30 +11
+        ("America/New_York", date(2025, 11, 2)),  # 01:00-02:00 twice
+    ],
+)
+def test_v2_hours_are_local_across_a_dst_change_of_any_size(client, user, zone, day):
+    # ClickHouse's toStartOfHour put a Chatham or Lord Howe time after a change that moves
+    # the clock by 30 or 60 minutes off the whole hour in the hour before.
+    project_id, _ = new_project(client, user=user)
+    response = client.patch(
+        "/api/projects", json={"projectId": project_id, "timezone": zone}, headers=auth(user)
+    )
+    assert response.status_code == 200, response.text
+    tz = ZoneInfo(zone)
+    start = datetime.combine(day, datetime.min.time(), tzinfo=tz).astimezone(UTC)
+    events = [
+        ref.Ev("pageview", start + timedelta(minutes=20 * n + 5), path="/", visitor_id=f"v{n}")
+        for n in range(80)
+    ]
+    store(client, project_id, sent(events))
+    body = {
+        "site_id": project_id,
+        "metrics": ["pageviews"],
+        "date_range": [day.isoformat(), day.isoformat()],
+        "dimensions": ["time:hour"],
+    }
+    response = client.post("/api/v2/query", json=body, headers=auth(user))
+    assert response.status_code == 200, response.text
+    got = {tuple(r["dimensions"]): r["metrics"] for r in response.json()["results"]}
+    want = ref.v2_rows(
+        events, ["pageviews"], ["time:hour"], [], zone=tz, first_day=day, last_day=day
+    )
+    assert got == want
+    assert len(want) >= 23

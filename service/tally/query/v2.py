@@ -20,7 +20,7 @@ def _dimension_columns(query: Query, dimensions: tuple[str, ...]) -> tuple[str, 
         if name == "time:day":
             columns.append(f"toString(toDate({LOCAL})) AS d{i}")
         elif name == "time:hour":
-            columns.append(f"formatDateTime(toStartOfHour({LOCAL}), '%Y-%m-%d %H:00:00') AS d{i}")
+            columns.append(f"formatDateTime({LOCAL}, '%Y-%m-%d %H:00:00') AS d{i}")
         elif DIMENSIONS[name].is_session:
             dim = DIMENSIONS[name]
             value = session_value(dim.column, dim.session_value or "first_event")
