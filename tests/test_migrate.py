@@ -94,6 +94,7 @@ RELEASED = {
     13: "c8623bc369b58a72",
     14: "b96c90d9e4fc2fec",
     15: "472846f45021a40b",
+    16: "b602f04aa0e90db6",
 }
 
 
@@ -407,6 +408,55 @@ def test_upgrade_to_event_dimensions_keeps_old_rows_with_defaults(chdb_path):
             ("", "", "", "", "", "", "", "", 0),
             ("Google", "Organic Search", "g", "", "", "", "", "DE", 1),
         ]
+    finally:
+        storage.close()
+
+
+def test_upgrade_to_the_corrected_comments_keeps_every_row(chdb_path):
+    """Schema 016 changes column comments only: data written under 015 reads the same after it,
+    and analysts read the new comments in system.columns."""
+    storage = Storage(parse_url(f"chdb://{chdb_path}?database=d_{uuid.uuid4().hex[:10]}"), 1)
+    db = storage.database
+    try:
+        storage.command(migrations_table(db))
+        for migration in load_migrations()[:15]:
+            for statement in migration.statements(db):
+                storage.command(statement)
+            storage.insert(
+                f"{db}.schema_migrations",
+                [[migration.version], [migration.name], [migration.checksum]],
+                ["version", "name", "checksum"],
+            )
+        storage.command(
+            f"INSERT INTO {db}.events (project_id, name, occurred_at, received_at, session_id, "
+            "duration_ms) VALUES ('p', 'session_end', now64(3), now64(3), 's', 1500), "
+            "('p', 'session_end', now64(3), now64(3), 't', NULL)"
+        )
+        tables = ("events", "sessions_daily", "sessions_quarter")
+        read = (
+            f"SELECT count(), sum(ends_stated) FROM {db}.sessions_daily",
+            f"SELECT count(), sum(length(ends_stated)), sum(length(ends_unstated)) "
+            f"FROM {db}.sessions_quarter",
+            f"SELECT count(), uniqExact(event_id), sum(duration_ms) FROM {db}.events",
+        )
+        before = [storage.query(sql) for sql in read]
+        assert before[0] == [(2, 1)] and before[1] == [(2, 1, 1)]
+
+        assert migrate(storage) == ["016_column_comments"]
+
+        assert [storage.query(sql) for sql in read] == before
+        comments = dict(
+            storage.query(
+                "SELECT concat(table, '.', name), comment FROM system.columns "
+                "WHERE database = {d:String} AND table IN {t:Array(String)} "
+                "AND name IN ('event_id', 'ends_stated', 'ends_unstated')",
+                {"d": db, "t": list(tables)},
+            )
+        )
+        assert "loaded from the ingest log" in comments["events.event_id"]
+        for column in ("sessions_daily.ends_stated", "sessions_quarter.ends_stated"):
+            assert "a number >= 0" in comments[column], column
+        assert "number >= 0 (events.duration_ms NULL)" in comments["sessions_quarter.ends_unstated"]
     finally:
         storage.close()
 

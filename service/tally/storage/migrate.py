@@ -92,7 +92,7 @@ _ALTER_STORAGE = re.compile(
     r"\AALTER TABLE \$\{db\}\.(\w+) (?=(?:ADD|MATERIALIZE|DROP) PROJECTION |MODIFY SETTING )"
 )
 # ALTERs that change the columns: the local tables first, then the Distributed table in front.
-_ALTER_COLUMNS = re.compile(r"\AALTER TABLE \$\{db\}\.(\w+) (?=ADD COLUMN )")
+_ALTER_COLUMNS = re.compile(r"\AALTER TABLE \$\{db\}\.(\w+) (?=(?:ADD|COMMENT) COLUMN )")
 # A column added to the sorting key in the same ALTER: the sorting key is the local tables' own.
 _ORDER_BY_CHANGE = re.compile(r", MODIFY ORDER BY \(.*\)\Z", re.DOTALL)
 # A materialized view's query changed in place (atomically): on a cluster, every node's view.
