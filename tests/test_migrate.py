@@ -245,6 +245,11 @@ def test_cluster_rendering_adds_columns_to_both_tables():
         "ALTER TABLE ${db}.events_local ON CLUSTER c ADD COLUMN IF NOT EXISTS x UInt8 DEFAULT 0",
         "ALTER TABLE ${db}.events ON CLUSTER c ADD COLUMN IF NOT EXISTS x UInt8 DEFAULT 0",
     ]
+    # a comment too (schema 016): analysts read either table's system.columns
+    assert render_for_cluster("ALTER TABLE ${db}.events COMMENT COLUMN x 'y'", "c") == [
+        "ALTER TABLE ${db}.events_local ON CLUSTER c COMMENT COLUMN x 'y'",
+        "ALTER TABLE ${db}.events ON CLUSTER c COMMENT COLUMN x 'y'",
+    ]
     with pytest.raises(ValueError, match="not a storage table"):
         render_for_cluster("ALTER TABLE ${db}.other ADD COLUMN x UInt8", "c")
 
