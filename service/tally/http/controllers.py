@@ -3,6 +3,7 @@ storage layers. No SQL here."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -17,7 +18,7 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_202_ACCEPTED, HTTP_204_
 from ..domain.ids import OBJECT_ID_PATTERN, iso, key_preview
 from ..domain.projects import DEFAULT_TIMEZONE
 from ..storage import dashboard as dashboard_queries
-from ..storage.client import together
+from ..storage.client import StorageUnavailable, together
 from ..storage.projects import UNTITLED_LABEL, ProjectStore
 from . import compare
 from . import schemas as s
@@ -56,12 +57,16 @@ async def loaded_before_purge(state: State) -> None:
     refresh, so their log is waited for until then, and one second more for what they were
     writing. Every worker of this data folder counts (the log's ``data_through_ms``); another
     host's is not seen."""
-    await state.ingest.settled()
     settings = state.settings
-    cut_ms = time.time_ns() // 1_000_000
-    if not settings.embedded:
-        cut_ms += int((settings.key_refresh_seconds + 1.0) * 1000)
-    await state.loader.loaded_through(cut_ms, DELETE_LOAD_TIMEOUT)
+    try:
+        async with asyncio.timeout(DELETE_LOAD_TIMEOUT):
+            await state.ingest.settled()
+            cut_ms = time.time_ns() // 1_000_000
+            if not settings.embedded:
+                cut_ms += int((settings.key_refresh_seconds + 1.0) * 1000)
+            await state.loader.loaded_through(cut_ms)
+    except TimeoutError:
+        raise StorageUnavailable("the ingest log is not loaded yet") from None
 
 
 class ProjectController(Controller):

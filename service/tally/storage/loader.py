@@ -21,7 +21,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .client import StorageUnavailable
 from .ingestlog import IngestLog, Pause, Segment, _no_pause, read_segment
 
 __all__ = ["Loader", "SegmentInsert"]
@@ -103,18 +102,13 @@ class Loader:
             self.log.changed.set()
             await self._idle.wait()
 
-    async def loaded_through(self, cut_ms: int, timeout: float) -> None:
+    async def loaded_through(self, cut_ms: int) -> None:
         """Return once every event the log holds from before ``cut_ms`` (epoch ms) is loaded,
         in every slot of this data folder: this process's active segment is sealed at once when
-        it was begun before then, other processes' segments load at their seal age. Raises
-        StorageUnavailable when that takes over ``timeout`` seconds (ClickHouse not taking the
-        INSERTs). The log's ``data_through_ms`` is the measure, so this also waits for the clock
-        to pass ``cut_ms``."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        it was begun before then, other processes' segments load at their seal age. The log's
+        ``data_through_ms`` is the measure, so this also waits for the clock to pass ``cut_ms``;
+        while ClickHouse refuses the INSERTs it waits on (the caller bounds it)."""
         while self.log.data_through_ms() < cut_ms:
-            if loop.time() >= deadline:
-                raise StorageUnavailable("the ingest log is not loaded yet")
             begun = self.log.active_since_ms()
             if begun is not None and begun < cut_ms:
                 await self.log.seal(force=True)
