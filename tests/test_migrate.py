@@ -8,7 +8,7 @@ import pytest
 
 from conftest import COLUMNS_BEFORE_005, migrate_before
 from tally.storage.client import Storage, parse_url
-from tally.storage.migrate import load_migrations, migrate, migrations_table, schema_dir
+from tally.storage.migrate import load_migrations, migrate, schema_dir
 
 
 def snapshot(storage: Storage) -> list[tuple]:
@@ -386,15 +386,7 @@ def test_upgrade_to_event_dimensions_keeps_old_rows_with_defaults(chdb_path):
     storage = Storage(parse_url(f"chdb://{chdb_path}?database=d_{uuid.uuid4().hex[:10]}"), 1)
     db = storage.database
     try:
-        storage.command(migrations_table(db))
-        for migration in load_migrations()[:4]:
-            for statement in migration.statements(db):
-                storage.command(statement)
-            storage.insert(
-                f"{db}.schema_migrations",
-                [[migration.version], [migration.name], [migration.checksum]],
-                ["version", "name", "checksum"],
-            )
+        migrate_before(storage, 5)
         storage.command(
             f"INSERT INTO {db}.events (project_id, name, occurred_at, received_at, url) "
             "VALUES ('p', 'pageview', now64(3), now64(3), 'https://a.example/?utm_source=x')"
@@ -423,15 +415,7 @@ def test_upgrade_to_the_corrected_comments_keeps_every_row(chdb_path):
     storage = Storage(parse_url(f"chdb://{chdb_path}?database=d_{uuid.uuid4().hex[:10]}"), 1)
     db = storage.database
     try:
-        storage.command(migrations_table(db))
-        for migration in load_migrations()[:15]:
-            for statement in migration.statements(db):
-                storage.command(statement)
-            storage.insert(
-                f"{db}.schema_migrations",
-                [[migration.version], [migration.name], [migration.checksum]],
-                ["version", "name", "checksum"],
-            )
+        migrate_before(storage, 16)
         storage.command(
             f"INSERT INTO {db}.events (project_id, name, occurred_at, received_at, session_id, "
             "duration_ms) VALUES ('p', 'session_end', now64(3), now64(3), 's', 1500), "
@@ -476,15 +460,7 @@ def test_upgrade_to_project_settings_reads_old_projects_with_the_defaults(chdb_p
     storage = Storage(parse_url(f"chdb://{chdb_path}?database=s_{uuid.uuid4().hex[:10]}"), 1)
     db = storage.database
     try:
-        storage.command(migrations_table(db))
-        for migration in load_migrations()[:5]:
-            for statement in migration.statements(db):
-                storage.command(statement)
-            storage.insert(
-                f"{db}.schema_migrations",
-                [[migration.version], [migration.name], [migration.checksum]],
-                ["version", "name", "checksum"],
-            )
+        migrate_before(storage, 6)
         old, other = object_id(), object_id()
         storage.insert(  # as schema 003 wrote projects
             f"{db}.projects",
