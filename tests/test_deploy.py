@@ -115,14 +115,16 @@ def test_alters_change_the_local_tables():
     alters = [(s, p) for s, p in alters if (s, p) not in views]
     assert alters  # schema 004, 005
     assert all(p["name"].removesuffix(LOCAL_SUFFIX) in SHARDING_KEYS for _, p in alters)
-    columns = [(s, p) for s, p in alters if " ADD COLUMN " in s]
+    # Columns added (schema 005) or commented (016): the local tables, then the Distributed one.
+    columns = [(s, p) for s, p in alters if " ADD COLUMN " in s or " COMMENT COLUMN " in s]
     assert columns  # schema 005
     assert all(p["name"].endswith(LOCAL_SUFFIX) for s, p in alters if (s, p) not in columns)
     for (local_sql, local), (public_sql, public) in zip(columns[::2], columns[1::2], strict=True):
         assert local["name"] == public["name"] + LOCAL_SUFFIX
+        verb = " ADD COLUMN " if " ADD COLUMN " in local_sql else " COMMENT COLUMN "
         # A sorting key changed with the column (007) is the local tables' alone.
-        change = local_sql.split(" ADD COLUMN ")[1].split(", MODIFY ORDER BY ")[0]
-        assert change == public_sql.split(" ADD COLUMN ")[1]
+        change = local_sql.split(verb)[1].split(", MODIFY ORDER BY ")[0]
+        assert change == public_sql.split(verb)[1]
         assert ", MODIFY ORDER BY " not in public_sql
 
 
