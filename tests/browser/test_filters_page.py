@@ -597,6 +597,20 @@ def test_a_custom_range_drives_cards_files_and_the_raw_download(
     assert shown(page) == expected(
         shop.api(days=30, filters=view["filters"], compare="previous_period")
     )
+    # A long range with its comparison: the date axis spans the range, no further (markers on
+    # the comparison's 90 points made Plotly pad it by weeks on either side).
+    page.select_option("#window", "90")
+    page.wait_for_url(lambda u: "days=90" in u)
+    loaded(page)
+    page.wait_for_function(
+        "() => (document.querySelector('[data-chart=timeline]').data || [])"
+        ".some(t => t.meta === 'comparison')"
+    )
+    axis, first_day, last_day = page.eval_on_selector(
+        "[data-chart=timeline]",
+        "el => [el.layout.xaxis.range, el.data[0].x[0], el.data[0].x.at(-1)]",
+    )
+    assert [axis[0][:10], axis[1][:10]] == [first_day, last_day]
     page.context.close()
     watch.assert_clean()
 

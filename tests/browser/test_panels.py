@@ -433,6 +433,19 @@ def test_a_phone_shows_recent_events_and_cards_whole(tally, shop, browser, watch
         "rows => rows.map(r => [...r.cells].map(c => c.textContent))",
     )
     assert len(cells) == 7 and all(len(row) == 4 for row in cells)
+    # A long event name wraps beside its time, never over it (an "auto" column gave the name
+    # the whole row and the time was drawn under it).
+    overlaps = page.eval_on_selector(
+        "[data-testid=recent-events] tbody tr",
+        """row => {
+            row.cells[1].textContent = 'checkout_completed_with_a_long_custom_event_name_v2_' +
+                'from_the_app';
+            const [time, name] = [row.cells[0], row.cells[1]].map(c => c.getBoundingClientRect());
+            return time.right > name.left && time.left < name.right
+                && time.bottom > name.top && time.top < name.bottom;
+        }""",
+    )
+    assert overlaps is False
     # Every card's value on one line.
     lines = page.eval_on_selector_all(
         "#summary .value",

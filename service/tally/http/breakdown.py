@@ -78,19 +78,28 @@ async def breakdown(
         dimension=by,
         limit=limit,
     )
-    rows = [
-        BreakdownRow(str(v), int(u), int(p), int(e))
-        for v, u, p, e in await while_connected(request, fetch_breakdown(state.storage, query))
-    ]
-    if against is not None and rows:
+
+    async def both() -> tuple[list[BreakdownRow], dict[str, tuple[int, int, int]]]:
+        rows = [
+            BreakdownRow(str(v), int(u), int(p), int(e))
+            for v, u, p, e in await fetch_breakdown(state.storage, query)
+        ]
+        if against is None or not rows:
+            return rows, {}
         # The same rows in the other range: the query's filters and "by is one of these values"
         # (for a session dimension, the sessions with that value; exact either way).
         only = Filter("is", DIMENSIONS[by], tuple(r.value for r in rows))
         other = earlier_query(query, against, only)
         before = {
             str(v): (int(u), int(p), int(e))
-            for v, u, p, e in await while_connected(request, fetch_breakdown(state.storage, other))
+            for v, u, p, e in await fetch_breakdown(state.storage, other)
         }
+        return rows, before
+
+    # One watch for the client over both queries: a second watch after the first was stopped
+    # is told "disconnected" by granian, though the client is there (a spurious 499).
+    rows, before = await while_connected(request, both())
+    if against is not None:
         for row in rows:
             u, p, e = before.get(row.value, (0, 0, 0))
             row.comparison = RowComparison(

@@ -33,7 +33,8 @@ async def disconnected(request: Request[Any, Any, Any]) -> None:
 
 async def while_connected(request: Request[Any, Any, Any], work: Awaitable[T]) -> T:
     """``work``'s result; if the client disconnects first, ``work`` is cancelled and
-    :class:`ClientGone` raised."""
+    :class:`ClientGone` raised. Once per request: after a watch is stopped, granian answers
+    the next ``receive()`` with ``http.disconnect`` though the client is still there."""
     task = asyncio.ensure_future(work)
     watching = asyncio.ensure_future(disconnected(request))
     try:

@@ -1815,7 +1815,8 @@
       .filter((m) => m in c.timeline[0])
       .map((m, i) => ({
         type: 'scatter',
-        mode: 'lines+markers',
+        // as the main traces: markers on a long range made Plotly pad the axis past both ends
+        mode: placed.length > 48 ? 'lines' : 'lines+markers',
         name: plotText(`${names[m] || m}, ${c.from} – ${c.to}`),
         x: placed.map(([at]) => at),
         y: placed.map(([, t]) => t[m]),
