@@ -10,6 +10,9 @@ from tally.domain.projects import CONTROL_RULE, LABEL_RULE, NAME_RULE, VISIBLE_R
 ISO = "must be an ISO 8601 date-time, e.g. 2026-11-23T10:00:00Z"
 
 
+WITH_SPACES = ", and at most 200 characters with them"
+
+
 def event(**fields):
     return {"events": [{"name": "pageview", **fields}]}
 
@@ -70,6 +73,12 @@ COLLECT = [
         "must have at most 50 keys",
     ),
     (event(metadata=[]), "$.events[0].metadata", "must be an object or null, not an array"),
+    # a date-time and a newline is no date-time ($ alone would match before the newline)
+    (
+        event(occurredAt="2026-11-23T10:00:00Z\n"),
+        "$.events[0].occurredAt",
+        "must be an ISO 8601 date-time, e.g. 2026-11-23T10:00:00Z",
+    ),
 ]
 
 
@@ -129,6 +138,8 @@ def test_byte_messages(client, raw, content_type, message):
         ({}, "$.name", "is required"),
         ({"name": "a"}, "$.name", NAME_RULE),
         ({"name": "a" * 61}, "$.name", NAME_RULE),
+        # read up to 200 characters with the spaces: the message says so
+        ({"name": " " * 250 + "ab"}, "$.name", f"{NAME_RULE}{WITH_SPACES}"),
         ({"name": "Sh\x00op"}, "$.name", CONTROL_RULE),
         ({"name": "\u200b\u200b\u200b"}, "$.name", VISIBLE_RULE),
         ({"name": 3}, "$.name", "must be a string, not an integer"),
@@ -149,7 +160,7 @@ def test_project_messages(client, body, path, message):
         ({"label": ""}, "$.label", LABEL_RULE),
         ({"label": "   "}, "$.label", LABEL_RULE),
         ({"label": "l" * 61}, "$.label", LABEL_RULE),
-        ({"label": "l" * 201}, "$.label", LABEL_RULE),
+        ({"label": "l" * 201}, "$.label", f"{LABEL_RULE}{WITH_SPACES}"),
         ({"label": "C\x00I"}, "$.label", CONTROL_RULE),
         ({"label": "\u200b"}, "$.label", VISIBLE_RULE),
     ],
@@ -196,3 +207,34 @@ def test_missing_key_id_on_revoke(client):
     project_id, _ = new_project(client, user="messages")
     response = client.delete(f"/api/projects/keys?projectId={project_id}", headers=auth("messages"))
     assert response.json()["details"] == [{"path": "$.keyId", "message": "is required"}]
+
+
+@pytest.mark.parametrize(
+    ("body", "path", "message"),
+    [
+        # Plausible's users write the site's domain: the message says what Tally takes instead
+        (
+            {"site_id": "shop.example.com", "metrics": ["visitors"], "date_range": "7d"},
+            "$.site_id",
+            "must be a 24-character id (lowercase hex digits): the projectId of a project",
+        ),
+        ({"metrics": ["visitors"], "date_range": "7d"}, "$.site_id", "is required"),
+        (
+            {"site_id": "0" * 24, "metrics": "visitors", "date_range": "7d"},
+            "$.metrics",
+            "must be an array, not a string",
+        ),
+        (
+            {"site_id": "0" * 24, "metrics": ["visitors"], "date_range": "7d", "x": 1},
+            "$.x",
+            "is not supported",
+        ),
+    ],
+)
+def test_v2_query_messages(client, body, path, message):
+    response = client.post("/api/v2/query", json=body, headers=auth("messages"))
+    assert response.status_code == 400, response.text
+    assert response.json() == {
+        "error": "Invalid payload",
+        "details": [{"path": path, "message": message}],
+    }

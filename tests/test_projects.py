@@ -1082,3 +1082,128 @@ def test_a_key_revoked_while_its_request_was_read_is_refused(client, user):
     with pytest.raises(Unauthorized, match="Invalid API key"):
         client.blocking_portal.call(accept, state, record, [], "127.0.0.1", "")
     assert state.ingest.acknowledged == acknowledged
+
+
+# --- changes racing a deletion ------------------------------------------------------------------
+def test_patches_and_new_keys_racing_a_deletion_never_outlive_it(tmp_path):
+    """PATCHes and key creations sent while the project is being deleted: once the DELETE has
+    answered 204 the project stays gone (not listed, 404, also after a restart) and every key
+    made meanwhile answers 401. (A PATCH that read the row before the marker and wrote it after
+    brought the project back; a key written after the keys were revoked kept working.)"""
+    import asyncio
+
+    import httpx
+
+    from conftest import token
+    from served import Server
+
+    headers = {"authorization": f"Bearer {token('racer')}"}
+    data = tmp_path
+
+    async def race(url: str, project_id: str) -> list[str]:
+        made: list[str] = []
+        done = asyncio.Event()
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120) as http:
+
+            async def patcher(bots: bool) -> None:
+                while not done.is_set():
+                    body = {"projectId": project_id, "excludeBots": bots, "name": f"P{bots}"}
+                    answer = await http.patch("/api/projects", json=body)
+                    assert answer.status_code in (200, 404), answer.text
+
+            async def key_maker() -> None:
+                while not done.is_set():
+                    answer = await http.post("/api/projects/keys", json={"projectId": project_id})
+                    assert answer.status_code in (201, 404), answer.text
+                    if answer.status_code == 201:
+                        made.append(answer.json()["apiKey"])
+
+            async def deleter() -> None:
+                await asyncio.sleep(0.2)
+                answer = await http.delete(f"/api/projects?projectId={project_id}")
+                assert answer.status_code == 204, answer.text
+                done.set()
+
+            await asyncio.gather(patcher(True), patcher(False), key_maker(), key_maker(), deleter())
+        return made
+
+    def gone(url: str, project_id: str, keys: list[str]) -> None:
+        with httpx.Client(base_url=url, timeout=60) as http:
+            listed = http.get("/api/projects", headers=headers).json()["projects"]
+            assert project_id not in {p["id"] for p in listed}
+            dash = http.get(f"/api/dashboard?projectId={project_id}", headers=headers)
+            assert dash.status_code == 404
+            for key in keys:
+                refused = http.post(
+                    "/api/collect", json={"events": [{"name": "a"}]}, headers={"x-api-key": key}
+                )
+                assert refused.status_code == 401, key
+
+    served = Server(data)
+    rounds: list[tuple[str, list[str]]] = []
+    try:
+        for n in range(5):
+            project_id, key = served.new_project("racer", f"Race {n}")
+            made = asyncio.run(race(served.url, project_id))
+            rounds.append((project_id, [key, *made]))
+            gone(served.url, project_id, [key, *made])
+    finally:
+        served.stop()
+    again = Server(data)
+    try:
+        for project_id, keys in rounds:
+            gone(again.url, project_id, keys)
+    finally:
+        again.stop()
+
+
+def test_a_deletion_outlives_a_stale_patch_of_another_process(client, user, monkeypatch):
+    """Another worker read the project before the deletion and writes its PATCH after it: the
+    deleted marker's version is higher than any later write's, so the project stays deleted,
+    in FINAL reads and after merges."""
+    from tally.storage.projects import ProjectStore
+
+    project_id, _ = new_project(client, user=user)
+    other = ProjectStore(client.app.state.storage)  # another worker's
+    stale = other.get_project(user, project_id)
+    deleted = client.delete(f"/api/projects?projectId={project_id}", headers=auth(user))
+    assert deleted.status_code == 204
+    monkeypatch.setattr(other, "get_project", lambda owner, pid: stale)  # its read came first
+    assert other.update_project(user, project_id, name="Back again") is not None
+    monkeypatch.undo()
+    storage = client.app.state.storage
+    storage.command(f"OPTIMIZE TABLE {storage.database}.projects FINAL")  # merged: still deleted
+    assert other.get_project(user, project_id) is None
+    assert project_id not in listed_projects(client, user)
+    response = client.get(f"/api/dashboard?projectId={project_id}", headers=auth(user))
+    assert response.status_code == 404
+
+
+def test_a_key_made_while_another_process_deletes_the_project_is_revoked(client, user):
+    """The key is written after another worker's deletion revoked the project's keys (its
+    ownership check came first): the key is revoked at once and the answer is 404."""
+    from tally.storage.projects import ProjectStore
+
+    project_id, _ = new_project(client, user=user)
+    store = client.app.state.store
+    project = store.get_project(user, project_id)
+    write_key = store.create_key
+
+    def deleted_meanwhile(pid: str, label: str):
+        ProjectStore(store.storage).mark_deleted(user, project)  # the other worker's marker
+        return write_key(pid, label)
+
+    store.create_key = deleted_meanwhile
+    try:
+        body = {"projectId": project_id, "label": "late"}
+        response = client.post("/api/projects/keys", json=body, headers=auth(user))
+    finally:
+        del store.create_key
+    assert (response.status_code, response.json()) == (404, {"error": "Project not found"})
+    late = stored(
+        client,
+        "SELECT count(), countIf(revoked_at IS NOT NULL) FROM {db}.api_keys FINAL "
+        "WHERE project_id = {p:String} AND label = 'late'",
+        p=project_id,
+    )
+    assert late == [(1, 1)]

@@ -17,29 +17,24 @@ from typing import Any
 from litestar import Litestar
 from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
-from litestar.openapi import OpenAPIConfig
-from litestar.openapi.spec import Components, Schema, SecurityScheme
-from litestar.openapi.spec.enums import OpenAPIType
 from litestar.types import Message, Scope
 
 from .config import Settings, load_settings
 from .domain.geo import CountryReader
 from .domain.privacy import IpHasher
-from .http import collect_fast, cors
+from .http import collect_fast, cors, openapi_doc
+from .http.access import ProjectLocks
 from .http.auth import SessionVerifier
 from .http.breakdown import breakdown
-from .http.controllers import ProjectController, collect, dashboard, health
-from .http.docs import docs_router, render_plugins
+from .http.controllers import ProjectController, alive, collect, dashboard, health
 from .http.errors import EXCEPTION_HANDLERS
 from .http.export import EXPORT_HANDLERS
 from .http.limits import body_cap
 from .http.limits_doc import markdown
 from .http.live import live
 from .http.pages import PAGE_HANDLERS, WebFiles
-from .http.project_settings import document_project_fields
 from .http.query import strict_query
 from .http.ratelimit import RateLimits
-from .http.schemas import CLOSED_BODIES
 from .http.timeouts import body_deadline
 from .http.v2 import v2_query
 from .storage.client import Storage, Target, parse_url
@@ -52,24 +47,6 @@ from .storage.writer import EVENT_COLUMNS, segment_inserter
 from .supervision import exit_with_parent
 
 log = logging.getLogger("tally")
-
-OPENAPI = OpenAPIConfig(
-    title="Tally",
-    version="1.0.0",
-    description="Web analytics on ClickHouse: collect events, manage projects and keys, "
-    "read dashboards.",
-    path="/api/schema",
-    # Swagger UI from Tally's own files (http/docs.py): the docs open offline, under a strict CSP.
-    render_plugins=render_plugins(),
-    openapi_router=docs_router("/api/schema"),
-    components=Components(
-        security_schemes={
-            "session": SecurityScheme(type="http", scheme="bearer", bearer_format="JWT"),
-            "apiKey": SecurityScheme(type="apiKey", name="x-api-key", security_scheme_in="header"),
-            "apiKeyQuery": SecurityScheme(type="apiKey", name="apiKey", security_scheme_in="query"),
-        }
-    ),
-)
 
 CORS = CORSConfig(
     allow_origins=["*"],
@@ -227,6 +204,7 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
             "hash_ip": IpHasher(settings) if settings.ip_privacy == "hash" else str,
             "geo": CountryReader.from_settings(settings),
             "web_files": WebFiles(),
+            "project_locks": ProjectLocks(),
         }
     )
     app = Litestar(
@@ -238,6 +216,7 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
             live,
             v2_query,
             health,
+            alive,
             *EXPORT_HANDLERS,
             *PAGE_HANDLERS,
         ],
@@ -246,8 +225,9 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
         exception_handlers=EXCEPTION_HANDLERS,
         # The document states every limit and default, as configured (http/limits_doc.py).
         openapi_config=replace(
-            OPENAPI,
-            description=f"{OPENAPI.description}\n\n## Limits and defaults\n\n{markdown(settings)}",
+            openapi_doc.OPENAPI,
+            description=f"{openapi_doc.OPENAPI.description}\n\n## Limits and defaults\n\n"
+            + markdown(settings),
         ),
         cors_config=CORS,
         before_send=[add_security_headers],
@@ -262,47 +242,13 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
         logging_config=None,
         debug=False,
     )
-    _complete_openapi(app)
+    openapi_doc.complete(app)
     # A refused CORS preflight answers in the JSON error shape (http/cors.py).
     cors.install(app)
     # POST /api/collect answered without the framework's per-request layers (same checks, same
     # answers; http/collect_fast.py). Tests switch it off through state.collect_fast.enabled.
     app.state.collect_fast = collect_fast.install(app)
     return app
-
-
-def _complete_openapi(app: Litestar) -> None:
-    """Say in the document what msgspec enforces but Litestar does not translate."""
-    components = app.openapi_schema.components.schemas or {}
-    document_project_fields(components)
-    for name in CLOSED_BODIES:  # forbid_unknown_fields
-        if name in components:
-            components[name].additional_properties = False
-    event = components.get("Event")
-    if event is not None and event.properties:
-        # Metadata: at most 50 keys of 1-100 characters. Values are anyOf, not oneOf: an
-        # integer is also a number, and oneOf would call every integer invalid.
-        value = Schema(
-            any_of=[
-                Schema(type=OpenAPIType.STRING, max_length=1024),
-                Schema(type=OpenAPIType.NUMBER),
-                Schema(type=OpenAPIType.BOOLEAN),
-                Schema(type=OpenAPIType.NULL),
-            ]
-        )
-        event.properties["metadata"] = Schema(
-            one_of=[
-                Schema(
-                    type=OpenAPIType.OBJECT,
-                    max_properties=50,
-                    property_names=Schema(type=OpenAPIType.STRING, min_length=1, max_length=100),
-                    additional_properties=value,
-                ),
-                Schema(type=OpenAPIType.NULL),
-            ],
-            description="at most 50 keys of 1 to 100 characters; values are strings (at most "
-            "1024 characters), numbers, booleans or null",
-        )
 
 
 def app_factory() -> Litestar:

@@ -350,7 +350,9 @@ def parse_query(body: bytes) -> V2Query:
 # --- response -----------------------------------------------------------------------------------
 class V2Row(Struct):
     dimensions: list[str]
-    metrics: list[int | float | None]
+    # float, not int | float: the schema says "number or null" (an integer is a number; a oneOf
+    # of integer and number would call every integer invalid). Values encode as they are.
+    metrics: list[float | None]
 
 
 class V2Meta(Struct, omit_defaults=True):

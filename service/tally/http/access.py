@@ -4,6 +4,9 @@ user's project looks like none), and the error responses each route documents in
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from litestar import Request
@@ -15,7 +18,7 @@ from litestar.params import QueryParameter
 from ..domain.ids import OBJECT_ID_PATTERN
 from ..storage.projects import ProjectStore
 from . import schemas as s
-from .auth import session_guard
+from .auth import SESSION_SECURITY, session_guard
 from .ratelimit import RateLimits
 
 PROJECT_NOT_FOUND = "Project not found"
@@ -27,11 +30,13 @@ ProjectIdParam = Annotated[
     ),
 ]
 
-_DESCRIPTIONS = {
+ERROR_DESCRIPTIONS = {
     400: "invalid payload or query",
     401: "missing or invalid credentials",
+    408: "the body did not arrive in time (TALLY_BODY_TIMEOUT_SECONDS, default 10 s)",
     404: "project (or key) not found, or owned by another user",
-    413: "body over the cap (TALLY_MAX_BODY_BYTES, default 7 MiB)",
+    413: "body over the cap: TALLY_MAX_BODY_BYTES (default 7 MiB) on collect, 64 KiB on the "
+    "other endpoints; refused before it is read",
     429: "rate limit exceeded (see Retry-After)",
     503: "storage unavailable; retry (see Retry-After)",
 }
@@ -41,7 +46,7 @@ def error_responses(*statuses: int) -> dict[int, ResponseSpec]:
     """The OpenAPI ``responses`` of a route that may answer with these error statuses."""
     return {
         code: ResponseSpec(
-            data_container=s.Error, description=_DESCRIPTIONS[code], generate_examples=False
+            data_container=s.Error, description=ERROR_DESCRIPTIONS[code], generate_examples=False
         )
         for code in statuses
     }
@@ -55,7 +60,7 @@ def project_route(tag: str) -> dict[str, Any]:
         "guards": [session_guard],
         "responses": error_responses(400, 401, 404, 429, 503),
         "tags": [tag],
-        "security": [{"session": []}],
+        "security": SESSION_SECURITY,
     }
 
 
@@ -65,6 +70,33 @@ def asking_user(request: Request[Any, Any, Any]) -> str:
     limits: RateLimits = request.app.state.limits
     limits.check(limits.per_user, "user", user)
     return user
+
+
+class ProjectLocks:
+    """One lock per project, kept while a request holds or waits for it: this process changes a
+    project (PATCH, a new key, DELETE) one request at a time, so that a PATCH or a new key cannot
+    land in the middle of a deletion and outlive it. (Another process's writes are ordered by
+    the rows themselves: storage/projects.py.)"""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @asynccontextmanager
+    async def hold(self, project_id: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(project_id, (asyncio.Lock(), 0))
+        self._locks[project_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[project_id]
+            if users == 1:
+                del self._locks[project_id]
+            else:
+                self._locks[project_id] = (lock, users - 1)
+
+    def __len__(self) -> int:
+        return len(self._locks)
 
 
 async def owned_project(state: State, user: str, project_id: str) -> None:

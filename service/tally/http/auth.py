@@ -25,6 +25,8 @@ from ..domain.ids import hash_key
 log = logging.getLogger("tally.auth")
 
 SESSION_COOKIE = "tally_session"
+# The OpenAPI security of every session route: a bearer token or the same JWT as the cookie.
+SESSION_SECURITY: list[dict[str, list[str]]] = [{"session": []}, {"sessionCookie": []}]
 LEEWAY_SECONDS = 30
 
 

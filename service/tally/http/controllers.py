@@ -30,7 +30,7 @@ from .access import (
     owned_project,
     project_route,
 )
-from .auth import api_key_guard, session_guard
+from .auth import SESSION_SECURITY, api_key_guard, session_guard
 from .collect_fast import accept
 from .decoding import StructDTO
 from .gone import while_connected
@@ -69,11 +69,23 @@ async def loaded_before_purge(state: State) -> None:
         raise StorageUnavailable("the ingest log is not loaded yet") from None
 
 
+async def purge(state: State, project_id: str, *, only_if_keys: bool = False) -> None:
+    """Revoke the project's live keys, wait for what was acknowledged with them to be loaded,
+    then delete its rows from every table. ``only_if_keys``: nothing when no key was live."""
+    store: ProjectStore = state.store
+    revoked = await state.storage.run(store.revoke_project_keys, project_id)
+    for record in revoked:
+        state.registry.apply(record)
+    if revoked or not only_if_keys:
+        await loaded_before_purge(state)
+        await state.storage.run(store.purge_project_rows, project_id)
+
+
 class ProjectController(Controller):
     path = "/api/projects"
     guards = [session_guard]  # noqa: RUF012 - Litestar's declaration style
     tags = ["projects"]  # noqa: RUF012
-    security = [{"session": []}]  # noqa: RUF012
+    security = SESSION_SECURITY
 
     @get(
         "/", responses=error_responses(401, 429, 503), summary="List the signed-in user's projects"
@@ -119,14 +131,15 @@ class ProjectController(Controller):
         user = asking_user(request)
         name = None if data.name is None else clean_name(data.name)
         timezone = None if data.timezone is None else await clean_timezone(state, data.timezone)
-        row = await state.storage.run(
-            state.store.update_project,
-            user,
-            data.project_id,
-            name=name,
-            timezone=timezone,
-            exclude_bots=data.exclude_bots,
-        )
+        async with state.project_locks.hold(data.project_id):  # not inside a deletion
+            row = await state.storage.run(
+                state.store.update_project,
+                user,
+                data.project_id,
+                name=name,
+                timezone=timezone,
+                exclude_bots=data.exclude_bots,
+            )
         if row is None:
             raise NotFoundException(detail=PROJECT_NOT_FOUND)
         return listed(row)
@@ -143,17 +156,18 @@ class ProjectController(Controller):
     ) -> None:
         user = asking_user(request)
         store: ProjectStore = state.store
-        project = await state.storage.run(store.get_project, user, project_id)
-        if project is None:
-            raise NotFoundException(detail=PROJECT_NOT_FOUND)
-        # Keys first (this process refuses them from now on, others within the key refresh),
-        # then the rows, then the marker: a failure part-way leaves the project listed, so the
-        # owner can simply delete it again.
-        for record in await state.storage.run(store.revoke_project_keys, project_id):
-            state.registry.apply(record)
-        await loaded_before_purge(state)
-        await state.storage.run(store.purge_project_rows, project_id)
-        await state.storage.run(store.mark_deleted, user, project)
+        async with state.project_locks.hold(project_id):  # no PATCH or new key meanwhile
+            project = await state.storage.run(store.get_project, user, project_id)
+            if project is None:
+                raise NotFoundException(detail=PROJECT_NOT_FOUND)
+            # Keys first (this process refuses them from now on, others within the key
+            # refresh), then the rows, then the marker: a failure part-way leaves the project
+            # listed, so the owner can simply delete it again.
+            await purge(state, project_id)
+            await state.storage.run(store.mark_deleted, user, project)
+            # A key another process created meanwhile (it had checked the project before the
+            # marker): revoked now, and what was sent with it purged too.
+            await purge(state, project_id, only_if_keys=True)
 
     @get(
         "/keys",
@@ -194,9 +208,17 @@ class ProjectController(Controller):
     ) -> s.KeyCreated:
         user = asking_user(request)
         label = clean_label(data.label)
-        await owned_project(state, user, data.project_id)
-        key, record = await state.storage.run(state.store.create_key, data.project_id, label)
-        state.registry.apply(record)
+        store: ProjectStore = state.store
+        async with state.project_locks.hold(data.project_id):  # not inside a deletion
+            await owned_project(state, user, data.project_id)
+            key, record = await state.storage.run(store.create_key, data.project_id, label)
+            if await state.storage.run(store.get_project, user, data.project_id) is None:
+                # deleted by another process since the check: the key must not outlive it
+                record = await state.storage.run(store.revoke_key, data.project_id, record.id)
+                if record is not None:
+                    state.registry.apply(record)
+                raise NotFoundException(detail=PROJECT_NOT_FOUND)
+            state.registry.apply(record)
         return s.KeyCreated(
             api_key=key,
             id=record.id,
@@ -307,6 +329,19 @@ async def collect(
         request.headers.get("user-agent", ""),
     )
     return s.Accepted(accepted=accepted)
+
+
+@route(
+    "/api/health/live",
+    http_method=[HttpMethod.GET, HttpMethod.HEAD],
+    tags=["health"],
+    summary="200 while this worker serves requests, whether ClickHouse answers or not",
+    description="For a liveness probe: restarting Tally does not bring back ClickHouse, and while "
+    "it is away collect keeps acknowledging to the ingest log. /api/health says whether "
+    "ClickHouse answers.",
+)
+async def alive() -> s.Alive:
+    return s.Alive(status="ok")
 
 
 @route(

@@ -19,12 +19,14 @@ def rows(settings: Settings | None = None) -> list[tuple[str, str]]:
     return [
         (
             "project `name`",
-            "required, 2–60 characters once surrounding whitespace is trimmed; no control "
-            "characters, not only invisible ones (spaces, U+200B and other format characters)",
+            "required, 2–60 characters once surrounding whitespace is trimmed (at most 200 with "
+            "it); no control characters, not only invisible ones (spaces, U+200B and other format "
+            "characters)",
         ),
         (
             "key `label`",
-            "optional, 1–60 characters once trimmed, the same characters as a name; default "
+            "optional, 1–60 characters once trimmed (at most 200 with the whitespace), the same "
+            "characters as a name; default "
             "`Untitled` (a project's first key: `Default`)",
         ),
         ("`projectId`, `keyId`", "24 lowercase hex characters"),

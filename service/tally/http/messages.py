@@ -35,8 +35,10 @@ ENUM_CHOICES: dict[str, tuple[str, ...]] = {
     "by": get_args(By),
     "compare": get_args(Compare),
 }
-# The project name (a top-level `name`) has a rule of its own.
+# The project name (a top-level `name`) has a rule of its own; names and labels are also read
+# only up to a length with their surrounding spaces.
 _PROJECT_NAME = NAME_RULE
+_WITH_SPACES = ", and at most {} characters with them"
 _TYPE_NAMES = {
     "str": "a string",
     "int": "an integer",
@@ -96,12 +98,16 @@ def plain(message: str, path: str, in_query: bool = False, in_key: bool = False)
             return path, ISO_EXAMPLE
         if field in ("projectId", "keyId"):
             return path, OBJECT_ID
+        if field == "site_id":
+            return path, f"{OBJECT_ID}: the projectId of a project"
         return path, "does not have the expected form"
     if match := _LENGTH.match(message):
         kind, op, n = match["type"], match["op"], int(match["n"])
         if kind == "str":
             if field == "name" and path == "$.name":
-                return path, _PROJECT_NAME
+                return path, _PROJECT_NAME + _WITH_SPACES.format(n) * (op == "<=")
+            if field == "label" and path == "$.label":
+                return path, LABEL_RULE + _WITH_SPACES.format(n) * (op == "<=")
             if field in _LENGTH_RULES:
                 return path, _LENGTH_RULES[field]
             if "metadata" in path and path.endswith("]"):

@@ -41,7 +41,8 @@ MetadataValue = Annotated[str, Meta(max_length=1024)] | int | float | bool | Non
 # after it (domain/events.py says which).
 ISO_DATETIME = (
     r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])"
-    r"([Tt ]([01]\d|2[0-3]):[0-5]\d(:([0-5]\d|60)([.,]\d{1,9})?)?([Zz]|[+-]\d{2}(:?\d{2})?)?)?$"
+    r"([Tt ]([01]\d|2[0-3]):[0-5]\d(:([0-5]\d|60)([.,]\d{1,9})?)?([Zz]|[+-]\d{2}(:?\d{2})?)?)?"
+    r"$(?!\n)"  # $ alone would match before a final newline
 )
 OccurredAt = Annotated[
     str,
@@ -181,6 +182,10 @@ class Health(Struct):
     storage: str
     backlog: IngestBacklog | None = None
     reports: ReportLane | None = None
+
+
+class Alive(Struct):
+    status: str  # "ok"
 
 
 # --- dashboard --------------------------------------------------------------------------------

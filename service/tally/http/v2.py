@@ -13,12 +13,14 @@ from litestar.status_codes import HTTP_200_OK
 
 from ..domain.ids import utcnow
 from ..domain.metrics import bounce_rate, mean_ms
+from ..domain.query_errors import InvalidQuery
 from ..domain.stats_v2 import V2Meta, V2Response, V2Row, echo, parse_query
 from ..query import Query
 from ..storage.v2 import fetch_v2
 from .access import asking_user, project_route, project_settings
 from .decoding import check_body
 from .gone import while_connected
+from .messages import plain
 
 # The six metrics of a range with no (kept) events.
 NOTHING: dict[str, Any] = {
@@ -57,7 +59,11 @@ async def v2_query(request: Request[Any, Any, Any], state: State) -> V2Response:
     # The checks every JSON body gets (content type, byte order mark, UTF-8, duplicate keys,
     # nesting), then the query's own shape.
     check_body(_JSON, body, request.headers.get("content-type"))
-    v2 = parse_query(body)
+    try:
+        v2 = parse_query(body)
+    except InvalidQuery as exc:  # msgspec's wording of a shape error, in plain words
+        path, message = plain(exc.message, exc.path)
+        raise InvalidQuery(path, message, exc.error) from None
     tz, exclude_bots = await project_settings(state, user, v2.project_id)
     now = utcnow()
     query = Query(v2.project_id, 1, now, tz=tz, exclude_bots=exclude_bots)

@@ -33,6 +33,10 @@ PROJECT_COLUMNS = (
     "deleted_at",
     "version",
 )
+# A deleted marker's version is raised by this much (2^62, far above any microsecond count), so
+# that it is the project's last version whatever is written after it: a PATCH of another process
+# that read the project before the deletion writes a version that FINAL and merges discard.
+DELETED_VERSION_OFFSET = 1 << 62
 DEFAULT_LABEL = "Default"
 UNTITLED_LABEL = "Untitled"
 KEY_COLUMNS = (
@@ -214,7 +218,9 @@ class ProjectStore:
     def mark_deleted(self, owner_id: str, project: ProjectRow) -> None:
         """Write the project's deleted marker and forget it here: it is no longer listed or
         owned."""
-        self._write_project(owner_id, project, deleted_at=utcnow())
+        self._write_project(
+            owner_id, project, deleted_at=utcnow(), version=next_version() + DELETED_VERSION_OFFSET
+        )
         self._forget(project.id)
 
     def zone_supported(self, timezone: str) -> bool:
@@ -231,7 +237,12 @@ class ProjectStore:
         return known
 
     def _write_project(
-        self, owner_id: str, project: ProjectRow, *, deleted_at: datetime | None
+        self,
+        owner_id: str,
+        project: ProjectRow,
+        *,
+        deleted_at: datetime | None,
+        version: int | None = None,
     ) -> None:
         """Write a new version of a project's row (ReplacingMergeTree keeps the highest)."""
         self.storage.insert(
@@ -244,7 +255,7 @@ class ProjectStore:
                 [project.timezone],
                 [1 if project.exclude_bots else 0],
                 [deleted_at],
-                [next_version()],
+                [next_version() if version is None else version],
             ],
             PROJECT_COLUMNS,
         )

@@ -1,0 +1,234 @@
+"""The OpenAPI document (``/api/schema/openapi.json``): Litestar writes it from the routes' types;
+:func:`complete` then says what the types cannot, so that a client generated from the document,
+or Swagger UI's "Try it out", sends what Tally accepts and reads what Tally answers:
+
+- the rules msgspec enforces that Litestar does not translate (closed bodies, metadata's shape,
+  the name and label patterns, the zone list);
+- the body of ``POST /api/v2/query``, which its handler decodes itself (domain/stats_v2.py);
+- every content type a route really takes or answers (collect's ``text/plain`` body, the export's
+  CSV, NDJSON and Parquet files);
+- the statuses every body-reading route may answer (408 for a slow body, 413 for a large one) and
+  the ``Retry-After`` header of each 429 and 503;
+- a working example for every request body (Swagger UI's own samples, drawn from the patterns,
+  are refused: a name of 130 characters, the date 9179-02-30).
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+from typing import Any
+
+import msgspec
+from litestar import Litestar
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.spec import (
+    Components,
+    Example,
+    OpenAPIHeader,
+    OpenAPIMediaType,
+    OpenAPIResponse,
+    Operation,
+    RequestBody,
+    Schema,
+    SecurityScheme,
+)
+from litestar.openapi.spec.enums import OpenAPIType
+
+from ..domain.filters import DIMENSIONS
+from ..domain.stats_v2 import METRICS, PLAUSIBLE_DIMENSIONS, TIME_DIMENSIONS, QueryBody
+from .access import ERROR_DESCRIPTIONS
+from .auth import SESSION_COOKIE
+from .docs import docs_router, render_plugins
+from .project_settings import document_project_fields
+from .schemas import CLOSED_BODIES
+
+
+def _version() -> str:
+    try:
+        return metadata.version("tally")
+    except metadata.PackageNotFoundError:  # run from a source tree that is not installed
+        return "0.0.0"
+
+
+OPENAPI = OpenAPIConfig(
+    title="Tally",
+    version=_version(),
+    description="Web analytics on ClickHouse: collect events, manage projects and keys, "
+    "read dashboards.",
+    path="/api/schema",
+    # Swagger UI from Tally's own files (http/docs.py): the docs open offline, under a strict CSP.
+    render_plugins=render_plugins(),
+    openapi_router=docs_router("/api/schema"),
+    components=Components(
+        security_schemes={
+            "session": SecurityScheme(type="http", scheme="bearer", bearer_format="JWT"),
+            "sessionCookie": SecurityScheme(
+                type="apiKey",
+                name=SESSION_COOKIE,
+                security_scheme_in="cookie",
+                description="the same JWT as a cookie (the dashboard page's sign-in); a POST "
+                "with it must declare Content-Type: application/json",
+            ),
+            "apiKey": SecurityScheme(type="apiKey", name="x-api-key", security_scheme_in="header"),
+            "apiKeyQuery": SecurityScheme(type="apiKey", name="apiKey", security_scheme_in="query"),
+        }
+    ),
+)
+
+# Working request bodies, by path and method (the projectId is an example's: 404 as it stands).
+_PROJECT_ID = "6b0316208f1c4a2e9d5b7c11"
+EXAMPLES: dict[tuple[str, str], Any] = {
+    ("/api/collect", "post"): {
+        "events": [
+            {
+                "name": "pageview",
+                "path": "/pricing",
+                "url": "https://example.com/pricing?utm_source=newsletter",
+                "referrer": "https://www.google.com/",
+                "sessionId": "s-81f2",
+                "visitorId": "v-1c9a",
+                "occurredAt": "2026-11-23T10:00:00Z",
+            },
+            {"name": "signup", "path": "/pricing", "metadata": {"plan": "pro", "seats": 3}},
+        ]
+    },
+    ("/api/projects", "post"): {"name": "My site", "timezone": "Europe/Berlin"},
+    ("/api/projects", "patch"): {
+        "projectId": _PROJECT_ID,
+        "name": "My site",
+        "timezone": "America/New_York",
+        "excludeBots": True,
+    },
+    ("/api/projects/keys", "post"): {"projectId": _PROJECT_ID, "label": "web"},
+    ("/api/v2/query", "post"): {
+        "site_id": _PROJECT_ID,
+        "metrics": ["visitors", "pageviews", "bounce_rate"],
+        "date_range": "7d",
+        "dimensions": ["source"],
+        "filters": [["is", "country", ["DE", "AT"]]],
+        "order_by": [["visitors", "desc"]],
+        "pagination": {"limit": 10, "offset": 0},
+    },
+}
+
+_RETRY_AFTER = OpenAPIHeader(
+    schema=Schema(type=OpenAPIType.INTEGER, minimum=1),
+    description="seconds to wait before trying again",
+)
+_SLOW_AND_LARGE = {"408": ERROR_DESCRIPTIONS[408], "413": ERROR_DESCRIPTIONS[413]}
+_EXPORT_TYPES = {
+    "text/csv": Schema(type=OpenAPIType.STRING, description="CSV with a header row"),
+    "application/x-ndjson": Schema(type=OpenAPIType.STRING, description="one JSON object per line"),
+    "application/vnd.apache.parquet": Schema(
+        type=OpenAPIType.STRING, format="binary", description="a Parquet file"
+    ),
+}
+
+
+def complete(app: Litestar) -> None:
+    """Amend ``app``'s OpenAPI document in place (once, when the app is built)."""
+    document = app.openapi_schema
+    components = document.components.schemas or {}
+    document.components.schemas = components
+    _document_rules(components)
+    v2_body = _v2_body_schema(components)
+    for path, item in (document.paths or {}).items():
+        for method in ("get", "head", "post", "put", "patch", "delete"):
+            operation: Operation | None = getattr(item, method, None)
+            if operation is None:
+                continue
+            if (path, method) == ("/api/v2/query", "post"):
+                operation.request_body = RequestBody(
+                    required=True,
+                    content={"application/json": OpenAPIMediaType(schema=v2_body)},
+                )
+            if path == "/api/export":
+                _export_content(operation)
+            _amend(path, method, operation)
+
+
+def _amend(path: str, method: str, operation: Operation) -> None:
+    responses = operation.responses or {}
+    body = operation.request_body
+    if isinstance(body, RequestBody) and body.content:
+        json_body = body.content.get("application/json")
+        example = EXAMPLES.get((path, method))
+        if json_body is not None and example is not None:
+            json_body.examples = {"example": Example(summary="a working body", value=example)}
+        if path == "/api/collect" and json_body is not None:
+            # The tracker sends text/plain (a "simple" request: no CORS preflight).
+            body.content["text/plain"] = json_body
+        error = responses.get("400")
+        for status, description in _SLOW_AND_LARGE.items():
+            if status not in responses and isinstance(error, OpenAPIResponse):
+                responses[status] = OpenAPIResponse(description=description, content=error.content)
+            elif isinstance(responses.get(status), OpenAPIResponse):
+                responses[status].description = description
+    for status in ("429", "503"):
+        response = responses.get(status)
+        if isinstance(response, OpenAPIResponse):
+            response.headers = {"Retry-After": _RETRY_AFTER}
+
+
+def _export_content(operation: Operation) -> None:
+    ok = (operation.responses or {}).get("200")
+    if isinstance(ok, OpenAPIResponse):
+        ok.content = {kind: OpenAPIMediaType(schema=sch) for kind, sch in _EXPORT_TYPES.items()}
+
+
+def _v2_body_schema(components: dict[str, Any]) -> Any:
+    """``POST /api/v2/query``'s body as JSON Schema (from msgspec: the same type that decodes
+    it), its parts named ``V2...`` among the components, with the values the query takes."""
+    (body,), parts = msgspec.json.schema_components(
+        [QueryBody], ref_template="#/components/schemas/V2{name}"
+    )
+    query = parts["QueryBody"]
+    props = query["properties"]
+    props["metrics"]["items"]["enum"] = list(METRICS)
+    props["dimensions"]["items"]["enum"] = [*DIMENSIONS, *TIME_DIMENSIONS, *PLAUSIBLE_DIMENSIONS]
+    props["date_range"]["description"] = (
+        '"day" (today), "Nd" (the N days ending yesterday, N 1-366), "month", "year", "Nmo" '
+        '(the N whole months before this one, N 1-12) or two dates ["YYYY-MM-DD", "YYYY-MM-DD"] '
+        "(inclusive); local dates of the project's zone, at most 366 days"
+    )
+    props["filters"]["description"] = (
+        "[operator, dimension, [values...]]: operator is, is_not, contains or contains_not; "
+        "at most 20 filters"
+    )
+    props["order_by"]["description"] = '[[metric or dimension, "asc" or "desc"], ...]'
+    for name, schema in parts.items():
+        components[f"V2{name}"] = schema
+    return body
+
+
+def _document_rules(components: dict[str, Any]) -> None:
+    """What msgspec enforces but Litestar does not translate."""
+    document_project_fields(components)
+    for name in CLOSED_BODIES:  # forbid_unknown_fields
+        if name in components:
+            components[name].additional_properties = False
+    event = components.get("Event")
+    if event is not None and event.properties:
+        # Metadata: at most 50 keys of 1-100 characters. Values are anyOf, not oneOf: an
+        # integer is also a number, and oneOf would call every integer invalid.
+        value = Schema(
+            any_of=[
+                Schema(type=OpenAPIType.STRING, max_length=1024),
+                Schema(type=OpenAPIType.NUMBER),
+                Schema(type=OpenAPIType.BOOLEAN),
+                Schema(type=OpenAPIType.NULL),
+            ]
+        )
+        event.properties["metadata"] = Schema(
+            one_of=[
+                Schema(
+                    type=OpenAPIType.OBJECT,
+                    max_properties=50,
+                    property_names=Schema(type=OpenAPIType.STRING, min_length=1, max_length=100),
+                    additional_properties=value,
+                ),
+                Schema(type=OpenAPIType.NULL),
+            ],
+            description="at most 50 keys of 1 to 100 characters; values are strings (at most "
+            "1024 characters), numbers, booleans or null",
+        )

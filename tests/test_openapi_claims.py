@@ -1,0 +1,123 @@
+"""What a client generated from the OpenAPI document relies on, checked against the server: every
+request body has a working example (sent as is, it is accepted), every content type a route takes
+or answers is listed, the statuses of slow and large bodies are documented, and a real v2 answer
+validates against the document's schema for it (jsonschema, as a generated client would)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonschema_rs
+import msgspec
+import pytest
+
+from conftest import auth, new_project
+from tally.app import create_app
+from tally.config import Settings
+from tally.http.openapi_doc import EXAMPLES
+
+DOCUMENT: dict[str, Any] = json.loads(
+    msgspec.json.encode(create_app(Settings(jwt_secret="s" * 32)).openapi_schema.to_schema())
+)
+BODY_OPERATIONS = sorted(
+    (path, method)
+    for path, item in DOCUMENT["paths"].items()
+    for method, operation in item.items()
+    if isinstance(operation, dict) and "requestBody" in operation
+)
+
+
+def _resolve(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema with the document's components beside it, so that its $refs resolve."""
+    return {**schema, "components": DOCUMENT["components"]}
+
+
+def test_every_body_taking_operation_is_documented_with_a_body_and_an_example():
+    assert set(BODY_OPERATIONS) == set(EXAMPLES)  # v2's body too, which its handler decodes
+    for path, method in BODY_OPERATIONS:
+        operation = DOCUMENT["paths"][path][method]
+        media = operation["requestBody"]["content"]["application/json"]
+        (example,) = media["examples"].values()
+        jsonschema_rs.validate(_resolve(media["schema"]), example["value"])
+        # a body may arrive too slowly or be too large, whatever the route
+        assert {"408", "413"} <= set(operation["responses"]), (path, method)
+
+
+def test_retry_after_is_documented_on_every_429_and_503():
+    for item in DOCUMENT["paths"].values():
+        for operation in item.values():
+            for status in ("429", "503"):
+                response = operation.get("responses", {}).get(status)
+                if response is not None:
+                    assert "Retry-After" in response["headers"]
+
+
+def test_the_documents_content_types_are_the_servers():
+    collect = DOCUMENT["paths"]["/api/collect"]["post"]["requestBody"]["content"]
+    assert set(collect) == {"application/json", "text/plain"}  # the tracker's text/plain
+    export = DOCUMENT["paths"]["/api/export"]["get"]["responses"]["200"]["content"]
+    assert set(export) == {"text/csv", "application/x-ndjson", "application/vnd.apache.parquet"}
+
+
+def test_the_session_cookie_is_a_documented_way_in(client, user):
+    schemes = DOCUMENT["components"]["securitySchemes"]
+    cookie = schemes["sessionCookie"]
+    assert (cookie["type"], cookie["name"], cookie["in"]) == ("apiKey", "tally_session", "cookie")
+    listing = DOCUMENT["paths"]["/api/projects"]["get"]
+    assert {"sessionCookie": []} in listing["security"]
+    token = auth(user)["authorization"].removeprefix("Bearer ")
+    client.cookies.set("tally_session", token)
+    try:
+        assert client.get("/api/projects").status_code == 200
+    finally:
+        client.cookies.clear()
+
+
+@pytest.mark.parametrize(("path", "method"), BODY_OPERATIONS)
+def test_each_example_body_is_accepted_as_it_is_written(client, user, path, method):
+    project_id, key = new_project(client, user=user)
+    body = json.loads(json.dumps(EXAMPLES[(path, method)]))
+    for field in ("projectId", "site_id"):
+        if field in body:  # the example's id stands for a project of the caller's
+            body[field] = project_id
+    headers = {**auth(user), "x-api-key": key}
+    response = client.request(method.upper(), path, json=body, headers=headers)
+    documented = DOCUMENT["paths"][path][method]["responses"]
+    success = next(code for code in documented if code.startswith("2"))
+    assert response.status_code == int(success), response.text
+    schema = documented[success].get("content", {}).get("application/json", {}).get("schema")
+    if schema is not None:
+        jsonschema_rs.validate(_resolve(schema), response.json())
+
+
+def test_a_v2_answer_with_integer_and_decimal_metrics_validates_against_its_schema(client, user):
+    project_id, key = new_project(client, user=user)
+    sent = client.post(
+        "/api/collect",
+        json={
+            "events": [
+                {"name": "pageview", "path": "/a", "sessionId": "s1", "visitorId": "v1"},
+                {"name": "pageview", "path": "/b", "sessionId": "s1", "visitorId": "v1"},
+                {"name": "pageview", "path": "/a", "sessionId": "s2", "visitorId": "v2"},
+            ]
+        },
+        headers={"x-api-key": key},
+    )
+    assert sent.status_code == 202
+    response = client.post(
+        "/api/v2/query",
+        json={
+            "site_id": project_id,
+            "metrics": ["visitors", "bounce_rate", "visit_duration"],
+            "date_range": "day",
+            "dimensions": ["source"],
+        },
+        headers=auth(user),
+    )
+    assert response.status_code == 200, response.text
+    metrics = [row["metrics"] for row in response.json()["results"]]
+    assert any(isinstance(m[0], int) for m in metrics)  # visitors: integers
+    assert any(isinstance(m[1], float) for m in metrics)  # bounce rate: 50.0, a decimal
+    schema = DOCUMENT["paths"]["/api/v2/query"]["post"]["responses"]["200"]["content"]
+    jsonschema_rs.validate(_resolve(schema["application/json"]["schema"]), response.json())
