@@ -520,3 +520,39 @@ def test_the_data_folder_is_readable_by_its_owner_only(tmp_path):
         if not p.is_symlink() and p.stat().st_mode & 0o077
     ]
     assert shared == []
+
+
+def test_serve_before_the_schema_is_applied_answers_503_not_a_crash(tmp_path):
+    """A pod started beside the migrate Job (--no-migrate, no tables yet): the worker serves,
+    a collect is told to retry (503 with Retry-After; its key is not known to be invalid), and
+    liveness holds. It crashed on reading the API keys, and granian stopped the server."""
+    served = Server(tmp_path, args=("--no-migrate",))
+    try:
+        refused = httpx.post(
+            f"{served.url}/api/collect",
+            json={"events": [{"name": "a"}]},
+            headers={"x-api-key": "tk_" + "a" * 40},
+            timeout=30,
+        )
+        assert (refused.status_code, refused.json()) == (503, {"error": "Storage unavailable"})
+        assert int(refused.headers["retry-after"]) >= 1
+        assert httpx.get(f"{served.url}/api/health/live").json() == {"status": "ok"}
+    finally:
+        assert served.stop() == 0
+
+
+def test_sighup_on_embedded_storage_leaves_the_server_serving(tmp_path):
+    """granian's SIGHUP starts a new worker before stopping the old one; on the embedded engine
+    (one process) the new one failed on the engine's lock and the whole server stopped."""
+    served = Server(tmp_path)
+    try:
+        _, key = served.new_project("hup", "Hup")
+        (worker,) = served.workers()
+        os.kill(served.proc.pid, signal.SIGHUP)
+        served.collect(key, [{"name": "after-hup"}])
+        time.sleep(1.0)  # a respawn would have begun by now
+        assert served.proc.poll() is None
+        assert served.workers() == [worker]
+        assert httpx.get(f"{served.url}/api/health").status_code == 200
+    finally:
+        assert served.stop() == 0

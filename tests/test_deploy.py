@@ -349,8 +349,9 @@ def test_deployment():
         deployment["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
     )
     (container,) = pod["spec"]["containers"]
-    for probe in ("startupProbe", "livenessProbe"):
-        assert container[probe]["httpGet"]["path"] == "/api/health"
+    assert container["startupProbe"]["httpGet"]["path"] == "/api/health"
+    # Liveness does not ask ClickHouse: an outage must not restart every pod.
+    assert container["livenessProbe"]["httpGet"]["path"] == "/api/health/live"
     # A ClickHouse outage must not take pods out of the Service: the log takes the events.
     assert container["readinessProbe"]["tcpSocket"]["port"] == "http"
     # The ingest log sits on a persistent volume, mounted where TALLY_DATA_DIR points.

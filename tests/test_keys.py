@@ -123,3 +123,27 @@ def test_a_stale_refresh_does_not_bring_a_revoked_key_back():
     registry.apply(revoked)  # this process revoked it
     registry.apply(live)  # the stale read lands
     assert "h" not in registry._live
+
+
+def test_an_unknown_key_while_the_keys_cannot_be_read_is_told_to_retry(client, monkeypatch):
+    """Not known here and not readable (ClickHouse away): the key may be a real one created
+    moments ago on another worker, so the answer is 503 with Retry-After, which the tracker
+    retries, not 401, for which it drops the events."""
+    from tally.storage.client import StorageUnavailable
+
+    _, key = new_project(client, user="keys-outage")
+    store = client.app.state.registry.store
+
+    def unreadable(since):
+        raise StorageUnavailable("ClickHouse does not answer")
+
+    monkeypatch.setattr(store, "key_changes", unreadable)
+    unknown = client.post(
+        "/api/collect", json={"events": [{"name": "a"}]}, headers={"x-api-key": "tk_" + "b" * 40}
+    )
+    assert (unknown.status_code, unknown.json()) == (503, {"error": "Storage unavailable"})
+    assert int(unknown.headers["retry-after"]) >= 1
+    # a key this worker knows is taken without reading anything
+    body = {"events": [{"name": "a"}]}
+    known = client.post("/api/collect", json=body, headers={"x-api-key": key})
+    assert known.status_code == 202

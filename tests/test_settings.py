@@ -46,6 +46,34 @@ REFUSED = {
         "TALLY_CLICKHOUSE_POOL_SIZE must be a whole number, got 'ten'",
     ),
     "not a boolean": ({"TALLY_BENCH_NOOP_STORAGE": "maybe"}, "must be true or false"),
+    # inf passed "more than 0", then every worker crashed on it (an OverflowError, a crash loop)
+    "log cap inf": ({"TALLY_LOG_CAP_MB": "inf"}, "TALLY_LOG_CAP_MB must be a finite number"),
+    "timeout nan": ({"TALLY_BODY_TIMEOUT_SECONDS": "nan"}, "must be a finite number"),
+    "timeout 1e300": (
+        {"TALLY_HEADER_TIMEOUT_SECONDS": "1e300"},
+        "TALLY_HEADER_TIMEOUT_SECONDS must be at most 86400 (a day)",
+    ),
+    # 0 is "no timeout" to granian: SIGTERM waited forever for a worker that did not stop
+    "shutdown timeout 0": (
+        {"TALLY_SHUTDOWN_TIMEOUT_SECONDS": "0"},
+        "TALLY_SHUTDOWN_TIMEOUT_SECONDS must be more than 0",
+    ),
+    # started, then answered every collect 429
+    "rate of 0": (
+        {"TALLY_COLLECT_LIMIT_PER_IP": "0/second"},
+        "TALLY_COLLECT_LIMIT_PER_IP must allow at least 1 request",
+    ),
+    # started, accepted no token, while `tally token` printed HS256 ones
+    "secret without an HS algorithm": (
+        {"TALLY_JWT_SECRET": "s" * 32, "TALLY_JWT_ALGORITHMS": "RS256"},
+        "TALLY_JWT_SECRET verifies HS256, HS384 or HS512 tokens",
+    ),
+    # each worker crashed on these, granian stopped the server with pages of tracebacks
+    "ClickHouse URL scheme": (
+        {"TALLY_CLICKHOUSE_URL": "postgres://x/y"},
+        "TALLY_CLICKHOUSE_URL must be chdb:///absolute/path (embedded) or http(s)://",
+    ),
+    "JWKS URL": ({"TALLY_JWKS_URL": "notaurl"}, "TALLY_JWKS_URL must be an http(s):// URL"),
 }
 
 
@@ -72,3 +100,14 @@ ACCEPTED = {
 @pytest.mark.parametrize("environ", ACCEPTED.values(), ids=ACCEPTED.keys())
 def test_settings_in_range_are_taken(environ):
     load_settings(environ=environ, env_file=None)
+
+
+def test_the_embedded_engine_is_known_by_its_scheme_in_any_case(tmp_path):
+    """``CHDB:///path`` opened the embedded engine but passed for a server: --workers 2 was
+    taken, and the second worker crashed on the engine's lock."""
+    for scheme in ("chdb", "CHDB", "Chdb"):
+        url = f"{scheme}://{tmp_path}/engine"
+        settings = load_settings(environ={"TALLY_CLICKHOUSE_URL": url}, env_file=None)
+        assert settings.embedded, url
+    server = load_settings(environ={"TALLY_CLICKHOUSE_URL": "http://ch:8123/x"}, env_file=None)
+    assert not server.embedded

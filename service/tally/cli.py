@@ -186,8 +186,19 @@ def serve(host: str, port: int, workers: int, migrate: bool) -> None:
             header_read_timeout=int(settings.header_timeout_seconds * 1000)
         ),
     )
+    if settings.embedded:
+        # granian's SIGHUP starts a new worker before it stops the old one, and the embedded
+        # engine allows one process: the new worker failed, then the whole server stopped.
+        server.signal_handler_reload = _hup_ignored  # type: ignore[method-assign]
     log.info("Tally listening on http://%s:%d", host, port)
     server.serve()
+
+
+def _hup_ignored(*_: object) -> None:
+    log.warning(
+        "SIGHUP ignored: the embedded engine allows one process, so workers are not respawned "
+        "(restart with SIGTERM, then `tally serve`)"
+    )
 
 
 def _address(host: str) -> str:

@@ -6,11 +6,13 @@ build their own :class:`Settings` directly.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import secrets
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgspec
 from dotenv import dotenv_values
@@ -133,7 +135,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
 
     @property
     def embedded(self) -> bool:
-        return self.storage_url.startswith("chdb:")
+        return urlsplit(self.storage_url).scheme == "chdb"  # a scheme in any case: CHDB:///x
 
     @property
     def dev_mode(self) -> bool:
@@ -218,6 +220,8 @@ _POSITIVE = (
     "last_used_flush_seconds",
     "header_timeout_seconds",
     "body_timeout_seconds",
+    # 0 would be no timeout at all to granian: a stop that waits forever
+    "shutdown_timeout_seconds",
 )
 _NOT_NEGATIVE = (
     "retention_days",
@@ -225,8 +229,10 @@ _NOT_NEGATIVE = (
     "max_body_bytes",
     "jwks_cache_seconds",
     "jwks_refetch_cooldown_seconds",
-    "shutdown_timeout_seconds",
 )
+# Seconds a timeout may be at most: a day (the HTTP server counts them in 64-bit milliseconds).
+_TIMEOUTS = ("header_timeout_seconds", "body_timeout_seconds", "shutdown_timeout_seconds")
+MAX_TIMEOUT_SECONDS = 86_400
 _RATE_LIMITS = (
     "collect_limit_per_key",
     "collect_limit_per_ip",
@@ -251,9 +257,21 @@ def check(settings: Settings) -> list[str]:
         return ENV_PREFIX + field.upper()
 
     problems = [
+        f"{name(f)} must be a finite number, got {value}"
+        for f in Settings.__struct_fields__
+        if isinstance(value := getattr(settings, f), float) and not math.isfinite(value)
+    ]
+    if problems:
+        return problems
+    problems += [
         f"{name(f)} must be more than 0, got {getattr(settings, f)}"
         for f in _POSITIVE
         if getattr(settings, f) <= 0
+    ]
+    problems += [
+        f"{name(f)} must be at most {MAX_TIMEOUT_SECONDS} (a day), got {getattr(settings, f)}"
+        for f in _TIMEOUTS
+        if getattr(settings, f) > MAX_TIMEOUT_SECONDS
     ]
     problems += [
         f"{name(f)} must be 0 or more, got {getattr(settings, f)}"
@@ -277,8 +295,11 @@ def check(settings: Settings) -> list[str]:
     for field in _RATE_LIMITS:
         value = getattr(settings, field)
         try:
-            if value.strip():
-                parse(value)
+            if value.strip() and parse(value).amount < 1:
+                problems.append(
+                    f"{name(field)} must allow at least 1 request (empty for no limit), got "
+                    f"{value!r}, which would refuse every request"
+                )
         except ValueError:
             problems.append(
                 f"{name(field)} must be a rate such as '100/second' or '30/minute' (empty for "
@@ -290,6 +311,27 @@ def check(settings: Settings) -> list[str]:
             "TALLY_JWT_ALGORITHMS must list signing algorithms separated by commas, among "
             f"{', '.join(sorted(JWT_ALGORITHMS))}; got {settings.jwt_algorithms!r}"
         )
+    if (
+        settings.jwt_secret
+        and not settings.jwks_url
+        and not any(a.startswith("HS") for a in settings.algorithms)
+    ):
+        problems.append(
+            "TALLY_JWT_SECRET verifies HS256, HS384 or HS512 tokens, and TALLY_JWT_ALGORITHMS "
+            f"({settings.jwt_algorithms!r}) lists none of them: no token would be accepted"
+        )
+    if settings.clickhouse_url and urlsplit(settings.clickhouse_url).scheme not in (
+        "chdb",
+        "http",
+        "https",
+    ):
+        problems.append(
+            "TALLY_CLICKHOUSE_URL must be chdb:///absolute/path (embedded) or "
+            f"http(s)://user:password@host:port/database, got scheme "
+            f"{urlsplit(settings.clickhouse_url).scheme!r}"
+        )
+    if settings.jwks_url and urlsplit(settings.jwks_url).scheme not in ("http", "https"):
+        problems.append(f"TALLY_JWKS_URL must be an http(s):// URL, got {settings.jwks_url!r}")
     if not DATABASE_NAME.match(settings.clickhouse_database):
         problems.append(
             "TALLY_CLICKHOUSE_DATABASE must be a plain identifier (letters, digits, underscore), "

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
 from ..domain.ids import utcnow
+from .client import StorageUnavailable
 from .projects import KeyRecord, ProjectStore
 
 log = logging.getLogger("tally.keys")
@@ -55,7 +56,13 @@ class KeyRegistry:
 
     # --- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
-        await self.refresh()
+        try:
+            await self.refresh()
+        except Exception as exc:
+            # ClickHouse gone since the worker found it, or its schema not applied yet (a pod
+            # started beside the migrate Job): serve anyway; keys not yet read answer 503
+            # (resolve), and the periodic refresh reads them once it can.
+            log.warning("keys could not be read yet (%s); trying again in the background", exc)
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._every(self.refresh_interval, self.refresh), name="key-refresh"),
@@ -85,7 +92,8 @@ class KeyRegistry:
         return self._live.get(key_hash)
 
     async def resolve(self, key_hash: str) -> KeyRecord | None:
-        """The live key with this hash, or None."""
+        """The live key with this hash, or None; ``StorageUnavailable`` when it is not known
+        here and the keys cannot be read."""
         record = self._live.get(key_hash)
         if record is not None:
             return record
@@ -94,7 +102,10 @@ class KeyRegistry:
         try:
             await self.refresh(min_age=self.miss_interval)
         except Exception as exc:
+            # Not known to be invalid: unknown while the keys cannot be read. 503 (retried by
+            # the tracker), not 401 (a key that exists would have its events dropped).
             log.warning("key refresh failed: %s", exc)
+            raise StorageUnavailable("the API keys cannot be read") from exc
         return self._live.get(key_hash)
 
     async def refresh(self, min_age: float = 0.0) -> None:
