@@ -277,6 +277,38 @@ def test_clicking_a_row_filters_and_a_chip_removes_it(shop: Shop, browser: Any, 
     watch.assert_clean()
 
 
+def test_a_row_of_a_panels_second_tab_filters_and_the_panel_stays_on_that_tab(
+    shop: Shop, browser: Any, watch: Watch
+):
+    """The tab is in the address: clicking a row (a filter, so a new view) kept the filter but
+    put the panel back on its first tab, hiding the row just clicked."""
+    page = owner_page(shop, browser, watch, shop.url())
+    loaded(page)
+    page.click("[data-panel=entry-exit] [data-by=exitPage]")
+    page.wait_for_url(lambda u: "panels=" in u)
+    loaded(page)
+    row = "[data-testid=breakdown-exitPage] tr[data-filter-value]"
+    value = page.get_attribute(row, "data-filter-value")
+    page.click(f'[data-testid=breakdown-exitPage] tr[data-filter-value="{value}"]')
+    page.wait_for_url(lambda u: "filters=" in u)
+    loaded(page)
+    view = url_view(page)
+    assert view["panels"] == "entry-exit:exitPage"
+    assert view["filters"] == [["is", "exitPage", [value]]]
+    page.wait_for_selector(f'[data-testid=breakdown-exitPage] tr[data-filter-value="{value}"]')
+    tab = "[data-panel=entry-exit] [data-by=exitPage]"
+    assert page.get_attribute(tab, "aria-selected") == "true"
+    # Opened afresh, the shared address shows the same tab; its first tab drops the parameter.
+    page.goto(page.url)
+    loaded(page)
+    assert page.get_attribute(tab, "aria-selected") == "true"
+    page.click("[data-panel=entry-exit] [data-by=entryPage]")
+    page.wait_for_url(lambda u: "panels=" not in u)
+    assert url_view(page)["filters"] == [["is", "exitPage", [value]]]
+    page.context.close()
+    watch.assert_clean()
+
+
 def pump(page: Any, check: Any, what: str, timeout: float = 60) -> None:
     """Waits until ``check()`` holds, letting Playwright deliver the page's events meanwhile (a
     plain sleep would hold them back)."""

@@ -182,7 +182,8 @@
 
   // The view of a dashboard is all in the URL, so a filtered view can be bookmarked and shared:
   // ?project=ID&days=N or &from=YYYY-MM-DD&to=YYYY-MM-DD, &filters=<JSON of /api/dashboard's
-  // filters>, &compare=previous_period|previous_year. route() reads it, viewParams() writes it,
+  // filters>, &compare=previous_period|previous_year, &panels=<panel:tab,...>. route() reads it,
+  // viewParams() writes it,
   // apiQuery() turns it into the query string of /api/dashboard and /api/breakdown.
   const COMPARES = ['previous_period', 'previous_year'];
   const ISO_DATE = /^\d{4}-\d{2}-\d{2}$/;
@@ -211,12 +212,26 @@
       to: range ? to : '',
       filters: parseFilters(q.get('filters')),
       compare: COMPARES.includes(q.get('compare')) ? q.get('compare') : '',
+      panels: parsePanels(q.get('panels')),
     };
+  }
+
+  // The tab each panel shows, when not its first: "sources:referrer,entry-exit:exitPage". Kept
+  // in the URL, so that clicking a row of a second tab (which filters, and redraws the view)
+  // leaves the panel on that tab, and a shared view opens as it was seen.
+  function parsePanels(text) {
+    const panels = {};
+    for (const part of (text || '').split(',')) {
+      const [id, by] = part.split(':');
+      if (id && by && Object.hasOwn(BY_LABEL, by)) panels[id] = by;
+    }
+    return panels;
   }
 
   // The URL parameters of view r (changes applied), for href() and go().
   function viewParams(r, changes = {}) {
-    const v = { ...r, ...changes };
+    // the panels' tabs as the address has them now: a tab is picked without a new view
+    const v = { ...r, panels: route().panels, ...changes };
     return {
       project: v.project,
       tab: v.tab && v.tab !== 'dashboard' ? v.tab : '',
@@ -225,6 +240,9 @@
       to: v.to,
       filters: v.filters && v.filters.length ? JSON.stringify(v.filters) : '',
       compare: v.compare,
+      panels: Object.entries(v.panels || {})
+        .map(([id, by]) => `${id}:${by}`)
+        .join(','),
     };
   }
 
@@ -1102,7 +1120,8 @@
     const limit = spec.limit || PANEL_LIMIT;
     const body = h('div', { class: 'panel-body' });
     const mapBox = spec.map ? chartBox('countries') : null;
-    let current = spec.tabs[0][0];
+    const asked = (r.panels || {})[spec.id];
+    let current = spec.tabs.some(([by]) => by === asked) ? asked : spec.tabs[0][0];
     let rows = [];
     // The CSV of the rows shown, named after the project, the dimension and the view's range.
     const csvName = () => `tally-${project.id}-${current}-${rangeTag(r)}.csv`;
@@ -1132,6 +1151,12 @@
 
     function pick(by) {
       current = by;
+      const now = route();
+      const panels = { ...now.panels, [spec.id]: by };
+      if (by === spec.tabs[0][0]) delete panels[spec.id];
+      history.replaceState(null, '', href(viewParams(now, { panels })));
+      const shown = document.getElementById('summary'); // the view shown is the address's still
+      if (shown) shown.dataset.search = location.pathname + location.search;
       csvButton.dataset.csv = csvName();
       for (const b of tabButtons) b.setAttribute('aria-selected', String(b.dataset.by === by));
       load();
