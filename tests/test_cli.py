@@ -536,7 +536,8 @@ def test_serve_before_the_schema_is_applied_answers_503_not_a_crash(tmp_path):
         )
         assert (refused.status_code, refused.json()) == (503, {"error": "Storage unavailable"})
         assert int(refused.headers["retry-after"]) >= 1
-        assert httpx.get(f"{served.url}/api/health/live").json() == {"status": "ok"}
+        live = httpx.get(f"{served.url}/api/health/live").json()
+        assert live["status"] == "ok" and live["backlog"]["events"] == 0
     finally:
         assert served.stop() == 0
 

@@ -104,6 +104,10 @@ def test_storage_outage_is_absorbed_by_the_log_and_loaded_after_it(make_client, 
         until(lambda: loader.failures >= 3, "the loader to retry")
         assert count(client, project_id) == 0
         assert backlog(client)["events"] == 200
+        # the liveness answer carries the same backlog without asking storage
+        live = client.get("/api/health/live").json()
+        assert live["status"] == "ok" and live["backlog"]["events"] == 200
+        assert live["backlog"]["failedLoads"] >= 3
         fault.write_text("lose")  # INSERTs succeed, their answers are lost: retried, deduped
         until(lambda: loader.failures >= 6, "retries whose answers were lost")
         fault.unlink()  # storage is back: the loader catches up by itself

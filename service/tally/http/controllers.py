@@ -337,11 +337,28 @@ async def collect(
     tags=["health"],
     summary="200 while this worker serves requests, whether ClickHouse answers or not",
     description="For a liveness probe: restarting Tally does not bring back ClickHouse, and while "
-    "it is away collect keeps acknowledging to the ingest log. /api/health says whether "
-    "ClickHouse answers.",
+    "it is away collect keeps acknowledging to the ingest log. The log's backlog as in "
+    "/api/health, which says whether ClickHouse answers (and answers 503 while it does not).",
 )
-async def alive() -> s.Alive:
-    return s.Alive(status="ok")
+async def alive(state: State) -> s.Alive:
+    return s.Alive(status="ok", backlog=ingest_backlog(state))
+
+
+def ingest_backlog(state: State) -> s.IngestBacklog:
+    """This worker's ingest log and loader, from memory (no storage is asked)."""
+    backlog = state.ingest.backlog()
+    loader = state.loader
+    return s.IngestBacklog(
+        segments=backlog.segments,
+        events=backlog.events,
+        bytes=backlog.bytes,
+        oldest_age_seconds=(
+            None if backlog.oldest_ms is None else max(0.0, time.time() - backlog.oldest_ms / 1000)
+        ),
+        inserts=loader.inserts,
+        loaded_events=loader.loaded_events,
+        failed_loads=loader.failures,
+    )
 
 
 @route(
@@ -355,24 +372,10 @@ async def alive() -> s.Alive:
 )
 async def health(state: State) -> s.Health:
     await state.storage.aquery("SELECT 1")
-    backlog = state.ingest.backlog()
-    loader = state.loader
     return s.Health(
         status="ok",
         storage="embedded" if state.storage.target.kind == "chdb" else "server",
-        backlog=s.IngestBacklog(
-            segments=backlog.segments,
-            events=backlog.events,
-            bytes=backlog.bytes,
-            oldest_age_seconds=(
-                None
-                if backlog.oldest_ms is None
-                else max(0.0, time.time() - backlog.oldest_ms / 1000)
-            ),
-            inserts=loader.inserts,
-            loaded_events=loader.loaded_events,
-            failed_loads=loader.failures,
-        ),
+        backlog=ingest_backlog(state),
         reports=s.ReportLane(
             threads=state.storage.report_threads,
             memory_mb=state.storage.report_memory // 2**20,

@@ -186,6 +186,7 @@ class Health(Struct):
 
 class Alive(Struct):
     status: str  # "ok"
+    backlog: IngestBacklog  # this worker's ingest log: also during a ClickHouse outage
 
 
 # --- dashboard --------------------------------------------------------------------------------
