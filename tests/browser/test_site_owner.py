@@ -314,7 +314,8 @@ def test_a_visit_on_the_site_shows_on_the_dashboard_page(tally, site, browser, w
     visitor_id = page.evaluate("localStorage.getItem('tally_vid')")
     session_id = page.evaluate("localStorage.getItem('tally_sid').split('.')[0]")
     assert visit.cookies() == []
-    # 4. the page unloads: session_end leaves by sendBeacon
+    # 4. the page unloads: session_end leaves (by fetch as the page is hidden, or by
+    # sendBeacon at pagehide, whichever the browser fires first)
     page.close(run_before_unload=True)
     wait_until(lambda: counts(dashboard(tally, user, project_id)).get("session_end"), "session_end")
     time.sleep(1.5)  # a second session_end (hidden, then pagehide) would have arrived by now
@@ -326,7 +327,7 @@ def test_a_visit_on_the_site_shows_on_the_dashboard_page(tally, site, browser, w
         assert request.headers["content-type"].startswith("text/plain")
         assert parse_qs(urlsplit(request.url).query)["apiKey"] == [key]
         assert request.url.startswith(f"{tally}/api/collect?")
-    events = {(e["name"], e["path"]): e for e in wire.events()}
+    events = {(e["name"], e["path"]): e for e in wire.events() if e["name"] != "session_end"}
     assert sorted(events) == [
         ("pageview", "/shop/"),
         ("pageview", "/shop/pricing"),
@@ -444,6 +445,31 @@ def test_a_visit_on_the_site_shows_on_the_dashboard_page(tally, site, browser, w
 # --- the tracker's options and its queue ---------------------------------------------------------
 
 
+def test_a_reload_of_the_landing_page_does_not_send_its_referrer_again(tally, site, browser, watch):
+    """The browser keeps document.referrer on a reload: the tracker sent the other site's
+    referrer on every reload of the page a visit landed on, counting it again."""
+    user = f"owner-{uuid.uuid4().hex[:8]}"
+    project_id, key = new_project(tally, user, "Reloads")
+    home = site.add("/reload/", tally, key)
+    visit = browser.new_context(viewport=DESKTOP)
+    wire = Wire(visit)
+    page = watch(visit.new_page())
+    with page.expect_response(is_collect):
+        page.goto(home, referer="http://news.example/")
+    assert page.evaluate("document.referrer") == "http://news.example/"
+    with page.expect_response(is_collect):
+        page.reload()
+    assert page.evaluate("document.referrer") == "http://news.example/"  # the browser keeps it
+    views = [e for e in wire.events() if e["name"] == "pageview"]
+    assert [e.get("referrer") for e in views] == ["http://news.example/", None]
+    wait_until(lambda: counts(dashboard(tally, user, project_id)).get("pageview") == 2, "views")
+    assert dashboard(tally, user, project_id)["topReferrers"] == [
+        {"referrer": "http://news.example/", "count": 1}
+    ]
+    visit.close()
+    watch.assert_clean()
+
+
 def test_cookieless_mode_keeps_nothing_on_the_device(tally, site, browser, watch):
     user = f"owner-{uuid.uuid4().hex[:8]}"
     project_id, key = new_project(tally, user, "Cookieless")
@@ -538,8 +564,9 @@ BEACON_SPY = """
 window.__beacons = [];
 const send = navigator.sendBeacon.bind(navigator);
 navigator.sendBeacon = (url, body) => {
-  window.__beacons.push([url, body]);
-  return send(url, body);
+  const queued = send(url, body);
+  window.__beacons.push([url, body, queued]);
+  return queued;
 };
 """
 HIDE = """Object.defineProperty(document, 'visibilityState', {value: 'hidden', configurable: true});
@@ -569,6 +596,10 @@ def test_batches_retries_idle_sessions_and_beacons(tally, site, browser, watch):
     with page.expect_response(lambda r: is_collect(r) and r.status == 202, timeout=60_000):
         page.goto(url)
     assert [len(b) for b in wire.batches()] == [1, 1]
+    # Left on, Playwright's interception of the later large requests lost events in about half
+    # the runs (the page saw a 202; Tally without interception stored every one, 5 of 5 runs):
+    # the rest goes to Tally untouched.
+    page.unroute(re.compile(r".*/api/collect.*"))
 
     # 150 events at once leave in batches of at most 100.
     with page.expect_response(
@@ -598,23 +629,45 @@ def test_batches_retries_idle_sessions_and_beacons(tally, site, browser, watch):
     new_session = by_name["after-31-minutes"]["sessionId"]
     assert new_session != session and HEX_ID.match(new_session)
 
-    # Hidden: session_end goes by sendBeacon, as text with the key in the query.
-    page.evaluate(HIDE)
-    beacons = page.evaluate("window.__beacons")
-    assert len(beacons) == 1
-    beacon_url, body = beacons[0]
-    assert parse_qs(urlsplit(beacon_url).query)["apiKey"] == [key]
-    (ended,) = json.loads(body)["events"]
+    # Hidden: session_end leaves at once by fetch, whose answer is awaited (a beacon's is not:
+    # during an outage a beacon's events were lost while the page lived on).
+    with page.expect_response(lambda r: is_collect(r) and "session_end" in r.request.post_data):
+        page.evaluate(HIDE)
+    assert page.evaluate("window.__beacons") == []
+    (ended,) = wire.batches()[-1]
     assert ended["name"] == "session_end" and ended["sessionId"] == new_session
     assert 0 <= ended["metadata"]["durationMs"] < 60_000
-    wait_until(lambda: counts(dashboard(tally, user, project_id)).get("session_end"), "the beacon")
-    assert counts(dashboard(tally, user, project_id)) == {
+
+    # Text of three bytes a character: the keepalive limit counts bytes (60 events of 300 CJK
+    # characters are 33k characters but 60k+ bytes; asked with keepalive, Chromium refused the
+    # request, and the tracker retried it forever, every later event stuck behind it).
+    page.evaluate("for (let i = 0; i < 60; i++) tally.track('search', {q: '検索語'.repeat(100)})")
+    page.evaluate("tally.track('after-search')")
+    wire.wait_for(page, "after-search")
+
+    # Unloaded: the queue leaves by sendBeacon, as text with the key in the query, in batches
+    # halved until each fits the beacon's 64 KiB (100 events of 1,200 bytes: one beacon refused).
+    page.evaluate(
+        "for (let i = 0; i < 100; i++) tally.track('big', {s: '語'.repeat(400)});"
+        "window.dispatchEvent(new PageTransitionEvent('pagehide'))"
+    )
+    beacons = page.evaluate("window.__beacons")
+    assert beacons and beacons[0][2] is False  # the whole batch: over the browser's limit
+    sent = [(u, b) for u, b, queued in beacons if queued]
+    assert sent and all(
+        parse_qs(urlsplit(u).query)["apiKey"] == [key] and len(b.encode()) < 65_536 for u, b in sent
+    )
+    expected = {
         "click": 150,
         "pageview": 1,
         "after-29-minutes": 1,
         "after-31-minutes": 1,
         "session_end": 1,
+        "search": 60,
+        "after-search": 1,
+        "big": 100,
     }
+    wait_until(lambda: counts(dashboard(tally, user, project_id)) == expected, "every event")
     context.close()
     watch.assert_clean(FAILED_LOAD.format(503))
 

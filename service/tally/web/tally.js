@@ -99,7 +99,7 @@
     let status = 0;
     try {
       // keepalive lets a batch in flight finish when the page unloads (bodies up to 64 KiB).
-      status = (await fetch(url, { method: 'POST', body, keepalive: body.length < 6e4, credentials: 'omit' })).status;
+      status = (await fetch(url, { method: 'POST', body, keepalive: new Blob([body]).size < 6e4, credentials: 'omit' })).status;
     } catch (e) {}
     busy = false;
     if (!status || status == 408 || status == 429 || status >= 500) {
@@ -112,15 +112,15 @@
     tries = 0;
     if (queue.length) schedule(0);
   };
-  // On hide or unload the queue leaves by sendBeacon, which the browser delivers after the page is gone.
+  // Unload: sendBeacon, halving batches over its 64 KiB.
   const beacon = () => {
     clearTimeout(timer);
     timer = 0;
-    while (queue.length && nav.sendBeacon) {
-      const batch = queue.slice(0, BATCH);
-      if (!nav.sendBeacon(url, JSON.stringify({ events: batch }))) break;
-      queue.splice(0, batch.length);
+    for (let n = BATCH; queue.length && nav.sendBeacon && n; ) {
+      if (nav.sendBeacon(url, JSON.stringify({ events: queue.slice(0, n) }))) queue.splice(0, n);
+      else n >>= 1;
     }
+    if (queue.length) flush();
   };
   const add = (name, metadata, extra) => {
     if (off()) return;
@@ -145,7 +145,8 @@
     const p = location.pathname + location.search;
     if (p === last) return;
     let referrer;
-    if (last === undefined && d.referrer) {
+    // a visit's first page only (a reload keeps document.referrer)
+    if (last === undefined && d.referrer && !current()) {
       try {
         if (new URL(d.referrer).host != location.host) referrer = cut(d.referrer, 4096);
       } catch (e) {}
@@ -169,15 +170,18 @@
   }
   w.addEventListener('popstate', later);
 
+  // Hidden: fetch (retried if the page lives on). Unloaded: sendBeacon.
   let ended = false;
-  const hide = () => {
-    if (ended) return;
-    ended = true;
-    const now = current();
-    if (now) add('session_end', { durationMs: Date.now() - now[1] });
-    beacon();
+  const hide = (e) => {
+    if (!ended) {
+      ended = true;
+      const now = current();
+      if (now) add('session_end', { durationMs: Date.now() - now[1] });
+    }
+    if (e.type == 'pagehide') beacon();
+    else clearTimeout(timer), (timer = 0), flush();
   };
-  d.addEventListener('visibilitychange', () => (d.visibilityState == 'hidden' ? hide() : (ended = false)));
+  d.addEventListener('visibilitychange', (e) => (d.visibilityState == 'hidden' ? hide(e) : (ended = false)));
   w.addEventListener('pagehide', hide);
   w.addEventListener('pageshow', () => (ended = false));
 
