@@ -320,15 +320,11 @@ def check(settings: Settings) -> list[str]:
             "TALLY_JWT_SECRET verifies HS256, HS384 or HS512 tokens, and TALLY_JWT_ALGORITHMS "
             f"({settings.jwt_algorithms!r}) lists none of them: no token would be accepted"
         )
-    if settings.clickhouse_url and urlsplit(settings.clickhouse_url).scheme not in (
-        "chdb",
-        "http",
-        "https",
-    ):
+    scheme = urlsplit(settings.clickhouse_url).scheme
+    if settings.clickhouse_url and scheme not in ("chdb", "http", "https"):
         problems.append(
             "TALLY_CLICKHOUSE_URL must be chdb:///absolute/path (embedded) or "
-            f"http(s)://user:password@host:port/database, got scheme "
-            f"{urlsplit(settings.clickhouse_url).scheme!r}"
+            f"http(s)://user:password@host:port/database, got scheme {scheme!r}"
         )
     if settings.jwks_url and urlsplit(settings.jwks_url).scheme not in ("http", "https"):
         problems.append(f"TALLY_JWKS_URL must be an http(s):// URL, got {settings.jwks_url!r}")

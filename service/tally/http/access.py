@@ -33,8 +33,8 @@ ProjectIdParam = Annotated[
 ERROR_DESCRIPTIONS = {
     400: "invalid payload or query",
     401: "missing or invalid credentials",
-    408: "the body did not arrive in time (TALLY_BODY_TIMEOUT_SECONDS, default 10 s)",
     404: "project (or key) not found, or owned by another user",
+    408: "the body did not arrive in time (TALLY_BODY_TIMEOUT_SECONDS, default 10 s)",
     413: "body over the cap: TALLY_MAX_BODY_BYTES (default 7 MiB) on collect, 64 KiB on the "
     "other endpoints; refused before it is read",
     429: "rate limit exceeded (see Retry-After)",
@@ -94,9 +94,6 @@ class ProjectLocks:
                 del self._locks[project_id]
             else:
                 self._locks[project_id] = (lock, users - 1)
-
-    def __len__(self) -> int:
-        return len(self._locks)
 
 
 async def owned_project(state: State, user: str, project_id: str) -> None:

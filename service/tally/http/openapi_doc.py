@@ -115,7 +115,6 @@ _RETRY_AFTER = OpenAPIHeader(
     schema=Schema(type=OpenAPIType.INTEGER, minimum=1),
     description="seconds to wait before trying again",
 )
-_SLOW_AND_LARGE = {"408": ERROR_DESCRIPTIONS[408], "413": ERROR_DESCRIPTIONS[413]}
 _EXPORT_TYPES = {
     "text/csv": Schema(type=OpenAPIType.STRING, description="CSV with a header row"),
     "application/x-ndjson": Schema(type=OpenAPIType.STRING, description="one JSON object per line"),
@@ -158,12 +157,12 @@ def _amend(path: str, method: str, operation: Operation) -> None:
         if path == "/api/collect" and json_body is not None:
             # The tracker sends text/plain (a "simple" request: no CORS preflight).
             body.content["text/plain"] = json_body
-        error = responses.get("400")
-        for status, description in _SLOW_AND_LARGE.items():
-            if status not in responses and isinstance(error, OpenAPIResponse):
-                responses[status] = OpenAPIResponse(description=description, content=error.content)
-            elif isinstance(responses.get(status), OpenAPIResponse):
-                responses[status].description = description
+        error = responses.get("400")  # the same Error body
+        for code in (408, 413):  # a slow body, a large one: any route that reads one
+            if str(code) not in responses and isinstance(error, OpenAPIResponse):
+                responses[str(code)] = OpenAPIResponse(
+                    description=ERROR_DESCRIPTIONS[code], content=error.content
+                )
     for status in ("429", "503"):
         response = responses.get(status)
         if isinstance(response, OpenAPIResponse):
