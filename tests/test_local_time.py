@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -50,6 +50,11 @@ def _duration(event: Sent) -> float | None:
 
 def store(client, project_id: str, events: list[Sent]) -> None:
     """INSERT the events into ``events`` as ingestion would store them, every column given."""
+    insert_events(client.app.state.storage, project_id, events)
+
+
+def insert_events(storage, project_id: str, events: list[Sent]) -> None:
+    """:func:`store` into any storage: one INSERT, so one new part of each table."""
     rows = [
         [
             project_id,
@@ -81,13 +86,17 @@ def store(client, project_id: str, events: list[Sent]) -> None:
         ]
         for e in events
     ]
-    storage = client.app.state.storage
     storage.insert(f"{storage.database}.events", list(map(list, zip(*rows, strict=True))), COLUMNS)
 
 
 def answer(client, project_id: str, now: datetime, days: int, tz: str, bots: bool) -> dict:
+    return answer_from(client.app.state.storage, project_id, now, days, tz, bots)
+
+
+def answer_from(storage, project_id: str, now: datetime, days: int, tz: str, bots: bool) -> dict:
+    """The dashboard the query layer gives for these settings, as the API would serve it."""
     query = Query(project_id, days, now, tz=tz, exclude_bots=bots)
-    rows = asyncio.run(runner.fetch(client.app.state.storage, query))
+    rows = asyncio.run(runner.fetch(storage, query))
     result = msgspec.to_builtins(build_dashboard(rows, query))
     assert result.pop("dataThrough") is None  # set by the handler, from the ingest log
     return without_ids(result)
@@ -217,6 +226,20 @@ def test_only_zones_off_utc_midnight_read_the_raw_edge():
     assert kathmandu.edge == (utc(2026, 5, 25, 18, 15), utc(2026, 5, 26))
     with pytest.raises(ValueError, match="unknown time zone"):
         Query("p" * 24, 7, now, tz="Mars/Olympus")
+
+
+def test_local_days_are_utc_days_only_where_every_midnight_is_a_utc_one():
+    """The plan reads visitors per UTC day (visitors_daily) only when each local day of the
+    window is a UTC day: in UTC, and in London for a window of winter days, but not for a
+    window whose start and end are in winter with the summer's days between them."""
+    winter = utc(2026, 2, 20, 12)
+    assert decide(Query("p" * 24, 90, winter)).utc_days
+    assert decide(Query("p" * 24, 30, winter, tz="Europe/London")).utc_days
+    assert not decide(Query("p" * 24, 30, winter, tz="Asia/Kathmandu")).utc_days
+    year = Query(
+        "p" * 24, 365, winter, "Europe/London", first=date(2025, 1, 1), last=date(2025, 12, 31)
+    )
+    assert year.start.hour == 0 and year.end.hour == 0 and not decide(year).utc_days
 
 
 def test_bots_are_left_out_of_the_served_dashboard(client):

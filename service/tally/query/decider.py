@@ -29,7 +29,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Final, Literal
 
 from ..domain.filters import DIMENSIONS
-from .model import QUARTER, Query
+from .model import QUARTER, Query, local_midnight
 
 SESSIONS_ROLLUP: Final = "sessions_quarter"
 AUDIENCE_ROLLUP: Final = "audience_quarter"
@@ -55,6 +55,9 @@ class Plan:
     last_utc_day: date
     edge: tuple[datetime, datetime] | None
     end_edge: tuple[datetime, datetime] | None = None
+    # Every local day of the window is a UTC day (the zone's offset is 0 at each of its
+    # midnights: UTC itself, or London in winter): what is kept per UTC day answers per local day.
+    utc_days: bool = False
 
     @property
     def uses_raw_edge(self) -> bool:
@@ -95,7 +98,11 @@ def decide(query: Query) -> Plan:
             a = max(_midnight(end.date()), edge[1] if edge else start)
             if a < end:
                 end_edge = (a, end)
-    return Plan(start, end, first, last, edge, end_edge)
+    days = [*query.day_list(), query.last_day + timedelta(days=1)]
+    utc_days = query.tz == "UTC" or all(
+        local_midnight(day, query.zone) == _midnight(day) for day in days
+    )
+    return Plan(start, end, first, last, edge, end_edge, utc_days)
 
 
 def breakdown_table(query: Query) -> Literal["sessions_quarter", "audience_quarter", "raw"]:

@@ -85,11 +85,23 @@ def dashboard_sql(query: Query, plan: Plan | None = None) -> dict[str, str]:
                    sumIf(toInt128(toUnixTimestamp64Milli(occurred_at)),
                          name = 'session_end' AND duration_ms IS NULL AND session_id != '')
             FROM {{db}}.events WHERE {EDGE}{b}"""
-    # Distinct visitors per local day (g = 0) and in the window (g = 1), in one scan.
-    out["visitors"] = f"""
-        SELECT grouping(d) AS g, {LOCAL_DAY} AS d, uniqExact(visitor_hash)
-        FROM {{db}}.visitors_quarter WHERE {QUARTERS}{b}
-        GROUP BY GROUPING SETS ((d), ())"""
+    # Distinct visitors per local day (g = 0) and in the window (g = 1).
+    if plan.utc_days and query.exclude_bots:
+        # Local days are UTC days: visitors_daily holds one row per day, visitor and bot flag
+        # once merged (FINAL: a merge in key order, of today's rows only as a rule), so a day's
+        # visitors are its rows, and the window's a distinct count of fewer rows than the
+        # 15-minute rollup's. The same numbers for about two thirds of the CPU.
+        out["visitors"] = f"""
+            SELECT 0 AS g, day AS d, count() FROM {{db}}.visitors_daily FINAL
+            WHERE {DAY_RANGE}{b} GROUP BY day
+            UNION ALL
+            SELECT 1, {{d0:Date}}, uniqExact(visitor_hash) FROM {{db}}.visitors_daily
+            WHERE {DAY_RANGE}{b}"""
+    else:  # one scan of the 15-minute rollup
+        out["visitors"] = f"""
+            SELECT grouping(d) AS g, {LOCAL_DAY} AS d, uniqExact(visitor_hash)
+            FROM {{db}}.visitors_quarter WHERE {QUARTERS}{b}
+            GROUP BY GROUPING SETS ((d), ())"""
     # Timeline per local day, event names, heatmap per local hour: one scan of few rows. The
     # LIMIT BY bounds the names (cut to LIST_LIMIT later) and keeps every day of the longest
     # range, a from/to of MAX_RANGE_DAYS (``days`` is at most 90).
