@@ -481,17 +481,23 @@ def test_compare_shows_each_cards_change_and_the_earlier_timeline(
     changes = page.eval_on_selector_all(
         "#summary [data-metric] .change",
         "els => els.map(e => [e.closest('[data-metric]').dataset.metric, e.dataset.change,"
-        " e.textContent, e.className])",
+        " e.querySelector('.delta').textContent + ' ' + e.querySelector('.vs').textContent,"
+        " e.className, e.querySelector('.sr-only').textContent])",
     )
     assert [c[0] for c in changes] == CARDS
-    for metric, value, text, kind in changes:
+    for metric, value, text, kind, words in changes:
         change = comparison["change"][metric]
         if change is None:
             assert (value, text) == ("null", "– vs. previous period"), metric
+            assert words.startswith("no change to show: "), metric
             continue
         assert float(value) == change, metric
         arrow = "↑" if change > 0 else "↓" if change < 0 else "→"
         assert text == f"{arrow} {abs(change):,g}% vs. previous period", metric
+        # A screen reader reads words, not the arrow: "up 100% compared with <from> to <to> (…)".
+        way = "up" if change > 0 else "down"
+        moved = "no change" if change == 0 else f"{way} {abs(change):,g}%"
+        assert words.startswith(f"{moved} compared with {comparison['from']} to "), metric
         # Colour backs the arrow: up is good, but for the bounce rate.
         better = change > 0 if metric != "bounceRate" else change < 0
         assert kind == f"change {'flat' if change == 0 else 'good' if better else 'bad'}", metric
@@ -532,7 +538,11 @@ def test_compare_shows_each_cards_change_and_the_earlier_timeline(
     loaded(page)
     yearly = shop.api(days=7, compare="previous_year")["comparison"]
     assert set(yearly["change"].values()) == {None}
-    texts = page.eval_on_selector_all("#summary .change", "els => els.map(e => e.textContent)")
+    texts = page.eval_on_selector_all(
+        "#summary .change",
+        "els => els.map(e => e.querySelector('.delta').textContent + ' ' +"
+        " e.querySelector('.vs').textContent)",
+    )
     assert texts == ["– vs. previous year"] * len(CARDS)
     # A year earlier, drawn on the same dates a year later (February 29 on March 1).
     placed = page.evaluate(

@@ -485,3 +485,126 @@ def test_settings_bot_rule_shows_on_the_dashboard(tally, browser, watch):
     )
     context.close()
     watch.assert_clean()
+
+
+def focused(page: Any) -> str:
+    """The id of the focused element ('' for none, 'BODY' when focus fell to the page)."""
+    return str(page.evaluate("document.activeElement.id || document.activeElement.tagName"))
+
+
+def test_the_page_works_from_the_keyboard_and_reads_out_in_words(tally, shop, browser, watch):
+    """What a keyboard or screen-reader user meets: no live region around the whole page (the
+    live count would be read out every few seconds); after each change the focus is on the
+    control that made it, or on what it made, never dropped on the page; a focused row shows a
+    focus ring; panel tabs move with the arrow keys; each chart has its numbers as a table."""
+    user, project_id = shop
+    context = browser.new_context(viewport=DESKTOP)
+    page = watch(context.new_page())
+    open_dashboard(page, tally, user, f"project={project_id}&days=7")
+    ready(page, "countries", "country")
+    assert page.get_attribute("#main", "aria-live") is None
+    assert page.title() == "Panels · Tally"
+
+    # The charts' numbers, as tables: a day per row, the hours of the heatmap.
+    api = dash_api(tally, user, project_id, days=7)
+    days = page.eval_on_selector_all(
+        "table[data-table-of=timeline] tbody tr", "rows => rows.map(r => r.cells[0].textContent)"
+    )
+    assert days == [t["day"] for t in api["timeline"]]
+    assert page.get_attribute("[data-chart=timeline]", "aria-hidden") == "true"
+    hours = page.eval_on_selector_all(
+        "table[data-table-of=heatmap] tbody tr", "rows => rows.map(r => r.cells[1].textContent)"
+    )
+    assert hours == [f"{h['count']:,}" for h in api["hourlyHeatmap"]]
+
+    # A select changes the view as its value changes; the focus stays on it.
+    page.focus("#window")
+    page.keyboard.press("ArrowDown")
+    page.wait_for_url(lambda url: "days=14" in url)
+    page.wait_for_selector("#summary")
+    assert focused(page) == "window"
+
+    # A row, reached by the keyboard, shows a ring; Enter filters, and the focus is on the
+    # new filter's chip. Its × removes it, and the focus goes to "+ Add filter".
+    ready(page, "countries", "country")
+    row = "[data-testid=breakdown-country] tr[data-filter-value=DE]"
+    page.focus(row)
+    page.keyboard.press("Shift+Tab")
+    page.keyboard.press("Tab")
+    assert page.eval_on_selector(row, "r => r === document.activeElement")
+    assert page.eval_on_selector(row, "r => getComputedStyle(r).outlineStyle") == "solid"
+    page.keyboard.press("Enter")
+    page.wait_for_url(lambda url: "filters=" in url)
+    page.wait_for_selector("#chip-0")
+    assert focused(page) == "chip-0"
+    page.keyboard.press("Tab")  # the chip's ×
+    assert page.evaluate("document.activeElement.className") == "chip-remove"
+    page.keyboard.press("Enter")
+    page.wait_for_url(lambda url: "filters=" not in url)
+    page.wait_for_selector("#add-filter")
+    assert focused(page) == "add-filter"
+
+    # The filter editor gives the focus back to what opened it when it closes.
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#filter-editor")
+    page.keyboard.press("Escape")
+    assert focused(page) == "add-filter"
+
+    # Panel tabs: one Tab stop, the arrows move along them and show the tab reached.
+    ready(page, "sources", "source")
+    page.focus("#tab-sources-source")
+    page.keyboard.press("ArrowRight")
+    assert focused(page) == "tab-sources-channel"
+    ready(page, "sources", "channel")
+    stops = page.eval_on_selector_all(
+        "[data-panel=sources] [role=tab]", "tabs => tabs.map(t => [t.id, t.tabIndex])"
+    )
+    assert [t for t in stops if t[1] == 0] == [["tab-sources-channel", 0]]
+    assert page.get_attribute("#panel-sources", "aria-labelledby") == "tab-sources-channel"
+    page.keyboard.press("End")
+    assert focused(page) == "tab-sources-referrer"
+
+    # The project's tabs: focus stays on the tab chosen.
+    page.focus("#tab-settings")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#project-settings")
+    assert focused(page) == "tab-settings"
+    context.close()
+    watch.assert_clean()
+
+
+def test_recent_visitors_are_cut_in_characters_and_a_revoke_waits(tally, browser, watch):
+    """A visitor id is shown by its first 8 characters, never half an emoji; a key's revoke
+    stays armed until the focus leaves it (no timer); a token given in the fragment of an open
+    page signs in and leaves the address."""
+    from conftest import token
+
+    user = f"owner-{uuid.uuid4().hex[:8]}"
+    made = httpx.post(f"{tally}/api/projects", json={"name": "Emoji"}, headers=headers(user))
+    project_id, key = made.json()["projectId"], made.json()["apiKey"]
+    visitor = "vis\U0001f600\U0001f600\U0001f600x"
+    send(tally, key, "8.8.8.8", CHROME, {"name": "pageview", "path": "/", "visitorId": visitor})
+    context = browser.new_context(viewport=DESKTOP)
+    page = watch(context.new_page())
+    page.goto(f"{tally}/")
+    page.wait_for_selector("#token-input")
+    page.evaluate(f"location.hash = 'token={token(user)}'")  # the page is open already
+    page.wait_for_selector("#project-list .project-link")
+    assert "token=" not in page.url
+    page.goto(f"{tally}/?project={project_id}")
+    page.wait_for_selector("[data-testid=recent-events] tbody tr")
+    cell = page.eval_on_selector(
+        "[data-testid=recent-events] tbody tr", "r => [...r.cells].map(c => c.textContent)"
+    )
+    assert visitor[:7] in cell and visitor[:8] in cell  # 8 characters: 'vis' and five more
+
+    page.goto(f"{tally}/?project={project_id}&tab=keys")
+    revoke = page.locator("tr", has_text="Default").get_by_role("button", name="Revoke")
+    revoke.click()
+    armed = page.locator("tr", has_text="Default").get_by_role("button", name="Confirm revoke")
+    page.wait_for_timeout(5_600)  # past the 5 s the confirmation used to last
+    assert armed.is_visible()
+    page.focus("#key-label")  # the focus leaves it: disarmed
+    assert page.locator("tr", has_text="Default").get_by_role("button", name="Revoke").is_visible()
+    context.close()
+    watch.assert_clean()

@@ -83,12 +83,13 @@
   // An identity provider's redirect hands the token over in the fragment (#token=..., or the
   // OAuth names), which never reaches a server; it is moved to sessionStorage and out of the URL.
   function takeTokenFromFragment() {
-    if (location.hash.length < 2) return;
+    if (location.hash.length < 2) return false;
     const params = new URLSearchParams(location.hash.slice(1));
     const value = params.get('token') || params.get('access_token') || params.get('id_token');
-    if (!value) return;
+    if (!value) return false;
     token.set(value);
     history.replaceState(null, '', location.pathname + location.search);
+    return true;
   }
 
   // The token's subject, for display only (the server verifies the token on every request).
@@ -290,7 +291,7 @@
   function addFilter(dim, value) {
     const r = route();
     const filters = r.filters.filter(([, d]) => d !== dim).concat([clickFilter(dim, value)]);
-    go(viewParams(r, { filters }));
+    go(viewParams(r, { filters }), `chip-${filters.length - 1}`);
   }
 
   function href(params) {
@@ -300,9 +301,35 @@
     return '/' + (s ? '?' + s : '');
   }
 
-  function go(params) {
+  function go(params, focusId) {
+    keepFocus(focusId);
     history.pushState(null, '', href(params));
     render();
+  }
+
+  // A view is rebuilt on every change, which drops the focus on the page's body: a keyboard or
+  // screen-reader user would start again from the top. So a change remembers the control that
+  // made it (its id, or the one given) and, once the new view is built, focus goes back to the
+  // control with that id, or, when there is none, to the view's heading.
+  let focusAfter = null;
+  let said = ''; // a message for the next view (a deletion's outcome)
+
+  function keepFocus(id) {
+    const active = document.activeElement;
+    focusAfter = { id: id || (active && main.contains(active) ? active.id : '') };
+  }
+
+  function settleFocus() {
+    if (!focusAfter) return;
+    const wanted = focusAfter.id && document.getElementById(focusAfter.id);
+    focusAfter = null;
+    if (wanted) return wanted.focus();
+    const active = document.activeElement;
+    if (active && active !== document.body && main.contains(active)) return;
+    const heading = main.querySelector('h1');
+    if (!heading) return;
+    heading.tabIndex = -1;
+    heading.focus();
   }
 
   function link(text, params, props = {}) {
@@ -342,6 +369,7 @@
   }
 
   function signInView(message, kind) {
+    document.title = 'Sign in · Tally';
     const input = h('textarea', {
       id: 'token-input',
       name: 'token',
@@ -476,7 +504,11 @@
       }
     }
 
-    show(h('section', {}, h('h1', { text: 'Projects' }), list, h('h2', { text: 'New project' }), form, created));
+    const done = said ? notice(said, 'info') : null; // what the last action did, said once
+    said = '';
+    document.title = 'Projects · Tally';
+    show(h('section', {}, h('h1', { text: 'Projects' }), done, list, h('h2', { text: 'New project' }), form, created));
+    settleFocus();
     await fill();
   }
 
@@ -535,10 +567,12 @@
     }
     const tab = (name, label) =>
       link(label, viewParams(r, { tab: name }), {
+        id: `tab-${name}`,
         class: `tab${r.tab === name ? ' active' : ''}`,
         'aria-current': r.tab === name ? 'page' : null,
       });
     const content = h('div', {});
+    document.title = `${project.name} · Tally`;
     main.replaceChildren(
       h(
         'section',
@@ -557,6 +591,7 @@
     if (r.tab === 'keys') await keysView(project, content, gen);
     else if (r.tab === 'settings') settingsView(project, content);
     else await dashboardView(project, r, content, gen);
+    if (gen === generation) settleFocus();
   }
 
   // --- project settings -----------------------------------------------------------------------------
@@ -567,7 +602,7 @@
     const zone = zoneSelect('settings-zone', project.timezone);
     const bots = h('input', { id: 'settings-bots', name: 'excludeBots', type: 'checkbox', class: 'check' });
     bots.checked = project.excludeBots;
-    const save = h('button', { type: 'submit', class: 'primary', text: 'Save settings' });
+    const save = h('button', { type: 'submit', class: 'primary', id: 'settings-save', text: 'Save settings' });
     const form = h(
       'form',
       {
@@ -582,6 +617,7 @@
           save.disabled = true;
           try {
             await api('PATCH', '/api/projects', body);
+            keepFocus('settings-save');
             render(); // the title and the zone line show the new values
           } catch (err) {
             showError(status, err);
@@ -606,6 +642,7 @@
       remove.disabled = true;
       try {
         await api('DELETE', `/api/projects?projectId=${project.id}`);
+        said = `Project “${project.name}” is deleted, with its keys and its data.`;
         go({});
       } catch (err) {
         showError(status, err);
@@ -660,7 +697,6 @@
 
     function revokeButton(key) {
       let armed = false;
-      let timer = 0;
       const button = h('button', {
         type: 'button',
         class: 'danger',
@@ -670,13 +706,8 @@
           if (!armed) {
             armed = true;
             button.textContent = 'Confirm revoke';
-            timer = setTimeout(() => {
-              armed = false;
-              button.textContent = 'Revoke';
-            }, 5000);
             return;
           }
-          clearTimeout(timer);
           button.disabled = true;
           try {
             await api('DELETE', `/api/projects/keys?projectId=${project.id}&keyId=${key.id}`);
@@ -686,6 +717,13 @@
             button.disabled = false;
           }
         },
+      });
+      // Armed until the focus leaves it (no timer: a screen-reader user takes the time they need).
+      button.addEventListener('blur', () => {
+        if (armed && !button.disabled) {
+          armed = false;
+          button.textContent = 'Revoke';
+        }
       });
       return button;
     }
@@ -878,6 +916,29 @@
     return h('div', { class: 'chart', 'data-chart': name });
   }
 
+  // A chart is a picture: screen readers get its numbers as a table instead (visually hidden,
+  // just after it), and the chart itself, whose SVG would read out only axis ticks, is hidden
+  // from them. `head` names the columns, `rows` hold the cells.
+  function chartTable(el, caption, head, rows) {
+    el.setAttribute('aria-hidden', 'true');
+    const old = el.nextElementSibling;
+    if (old && old.dataset.tableOf === el.dataset.chart) old.remove();
+    // hidden by a wrapper: a table grows to its content whatever width it is given
+    el.after(
+      h(
+        'div',
+        { class: 'sr-only', 'data-table-of': el.dataset.chart },
+        h(
+          'table',
+          { 'data-table-of': el.dataset.chart },
+          h('caption', { text: caption }),
+          h('thead', {}, h('tr', {}, head.map((text) => h('th', { scope: 'col', text })))),
+          h('tbody', {}, rows.map((cells) => h('tr', {}, cells.map((text) => h('td', { text: String(text) })))))
+        )
+      )
+    );
+  }
+
   const BASE_LAYOUT = {
     autosize: true,
     height: 260,
@@ -1032,6 +1093,12 @@
     );
     el.dataset.unit = unit;
     el.dataset.metric = metric;
+    chartTable(
+      el,
+      unit === 'hour' ? 'Visitors, pageviews and events per hour' : 'Visitors, pageviews and events per day',
+      [unit === 'hour' ? 'Hour' : 'Day', ...METRICS.map(([, label]) => label)],
+      points.map((p) => [unit === 'hour' ? String(p.x).slice(11, 16) : String(p.x).slice(0, 10), ...METRICS.map(([key]) => num(p[key]))])
+    );
   }
 
   function drawCharts(boxes, d, tz) {
@@ -1053,6 +1120,12 @@
         },
       ],
       { height: 120, margin: { l: 56, r: 12, t: 8, b: 36 }, xaxis: { dtick: 3, title: { text: plotText(`local hour of day (${tz})`) } }, yaxis: { tickformat: '' } }
+    );
+    chartTable(
+      boxes.heatmap,
+      `Events by local hour of day (${tz})`,
+      ['Hour', 'Events'],
+      d.hourlyHeatmap.map((e) => [`${String(e.hour).padStart(2, '0')}:00–${String(e.hour).padStart(2, '0')}:59`, num(e.count)])
     );
     const rows = d.eventBreakdown.filter((r) => r.name !== 'session_end').reverse(); // bottom to top: the most frequent on top
     if (!rows.length) return;
@@ -1118,7 +1191,7 @@
   // retry: a panel that fails leaves the rest of the page as it is.
   function breakdownPanel(project, r, gen, spec) {
     const limit = spec.limit || PANEL_LIMIT;
-    const body = h('div', { class: 'panel-body' });
+    const body = h('div', { class: 'panel-body', id: `panel-${spec.id}` });
     const mapBox = spec.map ? chartBox('countries') : null;
     const asked = (r.panels || {})[spec.id];
     let current = spec.tabs.some(([by]) => by === asked) ? asked : spec.tabs[0][0];
@@ -1129,6 +1202,7 @@
       type: 'button',
       class: 'link',
       text: 'Download CSV',
+      'aria-label': `Download CSV: ${spec.title}`,
       'data-csv': csvName(),
       onclick: () =>
         saveCsv(
@@ -1137,14 +1211,45 @@
           rows.map((x) => [x.value, x.visitors, x.pageviews, x.events])
         ),
     });
+    // The ARIA tab pattern: one Tab stop for the row of tabs, arrows (Home, End) move along it
+    // and show the tab they reach; the panel's rows are the tab panel.
+    const tabId = (by) => `tab-${spec.id}-${by}`;
     const tabButtons = spec.tabs.map(([by, label]) =>
-      h('button', { type: 'button', class: 'tab-button', role: 'tab', 'data-by': by, 'aria-selected': String(by === current), text: label, onclick: () => pick(by) })
+      h('button', {
+        type: 'button',
+        class: 'tab-button',
+        role: 'tab',
+        id: tabId(by),
+        'data-by': by,
+        'aria-selected': String(by === current),
+        'aria-controls': body.id,
+        tabindex: by === current ? '0' : '-1',
+        text: label,
+        onclick: () => pick(by),
+      })
     );
+    const moves = { ArrowRight: 1, ArrowDown: 1, ArrowLeft: -1, ArrowUp: -1 };
+    function onTabKey(e) {
+      const at = tabButtons.findIndex((b) => b.dataset.by === current);
+      const n = tabButtons.length;
+      let next = -1;
+      if (e.key in moves) next = (at + moves[e.key] + n) % n;
+      else if (e.key === 'Home') next = 0;
+      else if (e.key === 'End') next = n - 1;
+      if (next < 0) return;
+      e.preventDefault();
+      tabButtons[next].focus();
+      pick(tabButtons[next].dataset.by);
+    }
+    if (spec.tabs.length > 1) {
+      body.setAttribute('role', 'tabpanel');
+      body.setAttribute('aria-labelledby', tabId(current));
+    }
     const section = h(
       'section',
       { class: `card panel${spec.wide ? ' wide' : ''}`, 'data-panel': spec.id, 'data-state': 'loading' },
       h('div', { class: 'panel-head' }, h('h2', { text: spec.title }), csvButton),
-      spec.tabs.length > 1 ? h('div', { class: 'panel-tabs', role: 'tablist' }, tabButtons) : null,
+      spec.tabs.length > 1 ? h('div', { class: 'panel-tabs', role: 'tablist', 'aria-label': spec.title, onkeydown: onTabKey }, tabButtons) : null,
       mapBox,
       body
     );
@@ -1158,7 +1263,11 @@
       const shown = document.getElementById('summary'); // the view shown is the address's still
       if (shown) shown.dataset.search = location.pathname + location.search;
       csvButton.dataset.csv = csvName();
-      for (const b of tabButtons) b.setAttribute('aria-selected', String(b.dataset.by === by));
+      for (const b of tabButtons) {
+        b.setAttribute('aria-selected', String(b.dataset.by === by));
+        b.tabIndex = b.dataset.by === by ? 0 : -1;
+      }
+      if (spec.tabs.length > 1) body.setAttribute('aria-labelledby', tabId(by));
       load();
     }
 
@@ -1274,6 +1383,7 @@
       viewBar(project, r, select), // page17: custom range, compare toggle, filter chips
       body
     );
+    settleFocus(); // its controls are built; the numbers follow
 
     function setLive(value) {
       live.dataset.value = String(value);
@@ -1416,7 +1526,7 @@
                 [`Time (${tz})`, (e) => whenIn(e.occurredAt, tz), 'nowrap'],
                 ['Event', (e) => e.name],
                 ['Path', (e) => e.path || '–', 'trunc'],
-                ['Visitor', (e) => (e.visitorId ? e.visitorId.slice(0, 8) : '–'), 'nowrap mono'],
+                ['Visitor', (e) => (e.visitorId ? cutText(e.visitorId, 8) : '–'), 'nowrap mono'],
               ],
               d.recentEvents,
               'No events yet.',
@@ -1660,7 +1770,14 @@
   // The filters as chips: each says what it keeps, opens an editor on click, and has an ×.
   function filterBar(r) {
     const editor = h('div', { class: 'filter-editor-slot' });
-    const edit = (index) => editor.replaceChildren(filterEditor(r, index, () => editor.replaceChildren()));
+    const edit = (index) =>
+      editor.replaceChildren(
+        filterEditor(r, index, () => {
+          editor.replaceChildren();
+          const opener = document.getElementById(index >= 0 ? `chip-${index}` : 'add-filter');
+          if (opener) opener.focus();
+        })
+      );
     const chips = r.filters.map((f, i) => {
       const words = filterWords(f);
       return h(
@@ -1668,7 +1785,7 @@
         { class: 'chip', 'data-filter-index': i, 'data-filter-dim': f[1], 'data-filter-op': f[0] },
         h(
           'button',
-          { type: 'button', class: 'chip-edit', title: `Change this filter: ${words}`, onclick: () => edit(i) },
+          { type: 'button', class: 'chip-edit', id: `chip-${i}`, title: `Change this filter: ${words}`, onclick: () => edit(i) },
           h('span', { class: 'chip-dim', text: dimensionLabel(f[1]) }),
           ` ${operatorLabel(f[0])} `,
           h('span', { class: 'chip-values', text: f[2].map((v) => valueLabel(f[1], v)).join(' or ') })
@@ -1679,7 +1796,7 @@
           'aria-label': `Remove filter: ${words}`,
           title: 'Remove this filter',
           text: '×',
-          onclick: () => go(viewParams(r, { filters: r.filters.filter((_, j) => j !== i) })),
+          onclick: () => go(viewParams(r, { filters: r.filters.filter((_, j) => j !== i) }), 'add-filter'),
         })
       );
     });
@@ -1694,7 +1811,7 @@
     }
     return h(
       'div',
-      { class: 'filter-bar', id: 'filters', 'aria-label': 'Filters' },
+      { class: 'filter-bar', id: 'filters', role: 'group', 'aria-label': 'Filters' },
       unread
         ? notice(
             'Some filters in this address could not be read, so they are left out of the numbers below.',
@@ -1708,7 +1825,7 @@
         h('span', { class: 'muted', text: r.filters.length ? 'Showing only:' : 'All traffic. Click a row of a panel to filter by it, or' }),
         chips,
         h('button', { type: 'button', class: 'link', id: 'add-filter', text: '+ Add filter', onclick: () => edit(-1) }),
-        r.filters.length ? h('button', { type: 'button', class: 'link', id: 'clear-filters', text: 'Clear all', onclick: () => go(viewParams(r, { filters: [] })) }) : null
+        r.filters.length ? h('button', { type: 'button', class: 'link', id: 'clear-filters', text: 'Clear all', onclick: () => go(viewParams(r, { filters: [] }), 'add-filter') }) : null
       ),
       editor
     );
@@ -1740,7 +1857,7 @@
           }
           const made = [op.value, dim.value, [...new Set(list)]];
           const filters = index >= 0 ? r.filters.map((f, j) => (j === index ? made : f)) : r.filters.concat([made]);
-          go(viewParams(r, { filters }));
+          go(viewParams(r, { filters }), `chip-${index >= 0 ? index : filters.length - 1}`);
         },
       },
       h('label', { for: 'filter-dim', class: 'sr-only', text: 'Dimension' }),
@@ -1798,7 +1915,17 @@
         words = `${pct === 0 ? 'no change' : `${up ? 'up' : 'down'} ${size}`} compared with ${c.from} to ${c.to} (${before})`;
       }
       const data = pct === null || pct === undefined ? 'null' : String(pct);
-      el.append(h('span', { class: `change ${kind}`, 'data-change': data, title: words, 'aria-label': words }, h('span', { class: 'delta', text }), ' ', h('span', { class: 'vs', text: vs })));
+      // read out as words ("up 12% compared with ..."), not as an arrow and a figure
+      el.append(
+        h(
+          'span',
+          { class: `change ${kind}`, 'data-change': data, title: words },
+          h('span', { class: 'delta', 'aria-hidden': 'true', text }),
+          ' ',
+          h('span', { class: 'vs', 'aria-hidden': 'true', text: vs }),
+          h('span', { class: 'sr-only', text: words })
+        )
+      );
     }
   }
 
@@ -1846,8 +1973,9 @@
         x: placed.map(([at]) => at),
         y: placed.map(([, t]) => t[m]),
         customdata: placed.map(([, t]) => t.day),
-        line: { color: '#94a3b8', width: 2, dash: dashes[i % dashes.length] },
-        marker: { color: '#94a3b8', size: 5 },
+        // the previous period in slate-500: dotted, yet 4.8:1 on white (slate-400 was 2.6:1)
+        line: { color: '#64748b', width: 2, dash: dashes[i % dashes.length] },
+        marker: { color: '#64748b', size: 5 },
         hovertemplate: `%{customdata}: %{y:,} ${m}<extra></extra>`,
         meta: 'comparison',
         legendgroup: m,
@@ -1864,6 +1992,9 @@
     render('You are signed out.', 'info');
   });
   window.addEventListener('popstate', () => render());
+  window.addEventListener('hashchange', () => {
+    if (takeTokenFromFragment()) render();
+  });
   takeTokenFromFragment();
   render();
 })();
