@@ -69,6 +69,14 @@ def tagged(**params: str) -> str:
         # the url may be missing or a bare path: then nothing is "own"
         ("", "https://www.google.com/", "Google"),
         ("/pricing?utm_source=x", "", "x"),
+        # One host in any spelling: punycode (what browsers send), Unicode, percent-escapes
+        ("https://münchen.de/a", "https://xn--mnchen-3ya.de/b", DIRECT),
+        ("https://xn--mnchen-3ya.de/a", "https://münchen.de/b", DIRECT),
+        ("https://shop.example/a", "https://%73hop.example/b", DIRECT),
+        ("https://mu\u0308nchen.de/a", "https://MÜNCHEN.de./b", DIRECT),  # NFD, case, dot
+        ("https://shop.example/", "https://www.xn--bcher-kva.example/x", "bücher.example"),
+        ("https://shop.example/", "https://b%C3%BCcher.example/x", "bücher.example"),
+        ("https://shop.example/", "https://xn--zz-not-puny.example/", "xn--zz-not-puny.example"),
     ],
 )
 def test_source(url: str, referrer: str, source: str) -> None:

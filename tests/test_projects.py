@@ -637,6 +637,12 @@ def test_format_characters_are_this_pythons_cf():
         ("\u200b\u200b", "visible character"),  # zero-width spaces only
         ("\u2060\u200b\u00a0\u200d", "visible character"),  # format characters and a space
         ("\ufeff\u200e\u200f\ufeff", "visible character"),
+        ("\ufe0f\ufe0f", "visible character"),  # variation selectors
+        ("\u3164\u3164", "visible character"),  # Hangul fillers
+        ("\u115f\u1160", "visible character"),
+        ("\uffa0\uffa0", "visible character"),
+        ("\u034f\u034f", "visible character"),  # combining grapheme joiners
+        ("\u0301\u0308\u20dd", "visible character"),  # combining marks with no letter
         ("Shop\x00", "control characters"),  # NUL
         ("Sh\x07op", "control characters"),
         ("Sh\top", "control characters"),  # a tab inside (around it, it is trimmed)

@@ -48,10 +48,12 @@ categories in ``domain/referrers.py``.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import unicodedata
 from functools import lru_cache
 from typing import NamedTuple
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .referrers import SEARCH, SHOPPING, SOCIAL, VIDEO, Site, lookup_host, lookup_source
 
@@ -88,7 +90,27 @@ def _host(value: str) -> str:
         host = urlsplit(value).hostname or ""
     except ValueError:
         return ""
-    return host.rstrip(".")
+    return _spelled_once(host)
+
+
+def _spelled_once(host: str) -> str:
+    """One spelling of a host, whichever the URL used: percent-escapes decoded, ``xn--`` labels
+    (what browsers send for an internationalized name) as the Unicode they stand for, NFC, lower
+    case, no final dot. So ``xn--mnchen-3ya.de``, ``M%C3%BCnchen.de`` and ``münchen.de`` are one
+    site: the page's own host is not a referrer, and one site is one source, under the name
+    people read."""
+    if "%" in host:
+        host = unquote(host)
+    if "xn--" in host:
+        labels = host.split(".")
+        for i, label in enumerate(labels):
+            if label.startswith("xn--"):
+                with contextlib.suppress(UnicodeError, ValueError):  # else kept as written
+                    labels[i] = label[4:].encode("ascii").decode("punycode")
+        host = ".".join(labels)
+    if not host.isascii():
+        host = unicodedata.normalize("NFC", host)
+    return host.lower().rstrip(".")
 
 
 def _utm(query: str) -> dict[str, str]:
@@ -185,7 +207,7 @@ def _acquire(url: str, referrer: str) -> Acquisition:
         try:
             parts = urlsplit(url if "//" in url or url.startswith("/") else "//" + url)
             query = parts.query
-            page_host = (parts.hostname or "").rstrip(".")
+            page_host = _spelled_once(parts.hostname or "")
         except ValueError:
             pass
     params = _utm(query) if query else {}

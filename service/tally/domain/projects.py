@@ -16,8 +16,8 @@ NAME_RULE = f"must be {NAME_MIN} to {NAME_MAX} characters once surrounding space
 LABEL_RULE = f"must be {LABEL_MIN} to {LABEL_MAX} characters once surrounding spaces are trimmed"
 CONTROL_RULE = "must not contain control characters (U+0000 to U+001F, U+007F to U+009F)"
 VISIBLE_RULE = (
-    "must contain a visible character, not only spaces and invisible format characters "
-    "such as U+200B"
+    "must contain a visible character, not only spaces, combining marks and invisible "
+    "characters such as U+200B"
 )
 TIMEZONE_RULE = "must be an IANA time zone such as Europe/Berlin"
 # The whitespace trimmed from names: ECMAScript's (what String.prototype.trim and the ``\s`` of a
@@ -43,10 +43,28 @@ def _format_characters() -> str:
 
 
 FORMAT_CHARACTERS = _format_characters()
-# What shows nothing on its own: format characters and Unicode's spaces and separators (Z*,
-# all of them in WHITESPACE). A name or label made only of these is refused, once trimmed.
-INVISIBLE = frozenset(FORMAT_CHARACTERS) | frozenset(
-    c for c in WHITESPACE if unicodedata.category(c).startswith("Z")
+
+
+def _marks_and_fillers() -> str:
+    """What else shows nothing on its own: combining marks (Mn, Me: a mark with no letter to sit
+    on, and the variation selectors) and the default-ignorable code points that are not format
+    characters (U+034F COMBINING GRAPHEME JOINER is a mark; the Hangul fillers U+115F, U+1160,
+    U+3164 and U+FFA0 are letters that draw nothing)."""
+    planes = (range(0x20000), range(0xE0000, 0xE1000))
+    marks = "".join(
+        chr(c) for plane in planes for c in plane if unicodedata.category(chr(c)) in ("Mn", "Me")
+    )
+    return marks + "\u115f\u1160\u3164\uffa0"
+
+
+MARKS_AND_FILLERS = _marks_and_fillers()
+# What shows nothing on its own: format characters, marks and fillers, and Unicode's spaces and
+# separators (Z*, all of them in WHITESPACE). A name or label made only of these is refused,
+# once trimmed.
+INVISIBLE = (
+    frozenset(FORMAT_CHARACTERS)
+    | frozenset(MARKS_AND_FILLERS)
+    | frozenset(c for c in WHITESPACE if unicodedata.category(c).startswith("Z"))
 )
 
 
@@ -72,7 +90,7 @@ def _class(characters: str) -> str:
 _WS = "\\t\\n\\v\\f\\r \\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\ufeff"
 _CC = "\\u0000-\\u001f\\u007f-\\u009f"
 _EDGE = f"[^{_WS}{_CC}]"
-_VISIBLE_AHEAD = f"(?=[^{_CC}]*[^{_WS}{_CC}{_class(FORMAT_CHARACTERS)}])"
+_VISIBLE_AHEAD = f"(?=[^{_CC}]*[^{_WS}{_CC}{_class(FORMAT_CHARACTERS + MARKS_AND_FILLERS)}])"
 NAME_PATTERN = f"^[{_WS}]*{_VISIBLE_AHEAD}{_EDGE}[^{_CC}]{{0,{NAME_MAX - 2}}}{_EDGE}[{_WS}]*$"
 LABEL_PATTERN = (
     f"^[{_WS}]*{_VISIBLE_AHEAD}{_EDGE}(?:[^{_CC}]{{0,{LABEL_MAX - 2}}}{_EDGE})?[{_WS}]*$"
