@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from served import Server, free_port, wait_healthy
-from tally.storage.migrate import load_migrations
+from tally.storage.migrate import RETENTION_COLUMNS, load_migrations, retention_statements
 
 TALLY = [sys.executable, "-m", "tally"]
 
@@ -109,6 +109,44 @@ def test_migrate_is_idempotent_and_says_so(tmp_path):
     assert second.returncode == 0 and "up to date" in second.stdout
 
 
+def test_migrate_says_what_retention_it_set_or_removed(tmp_path):
+    """`tally migrate` said "schema ... is up to date" right after setting or removing the TTL of
+    13 tables: it says what it did, and is quiet with --quiet only when nothing changed."""
+
+    def run(*args: str, days: int) -> str:
+        env = clean_env(
+            tmp_path, TALLY_CLICKHOUSE_URL=f"chdb://{tmp_path}/ch", TALLY_RETENTION_DAYS=str(days)
+        )
+        done = subprocess.run(
+            [*TALLY, "migrate", *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    tables = len(RETENTION_COLUMNS)
+    first = run("--quiet", days=0)
+    assert "applied" in first and "retention" not in first  # a new database has no TTL
+    assert run("--quiet", days=0) == ""
+    set_now = run(days=30)
+    assert f"retention: TTL of 30 days set on {tables} tables" in set_now
+    assert "up to date" not in set_now
+    assert run("--quiet", days=30) == ""
+    assert "is up to date (retention: a TTL of 30 days)" in run(days=30)
+    changed = run("--quiet", days=90)  # a change is news, --quiet or not
+    assert (
+        changed.strip() == f"retention: TTL of 90 days set on {tables} tables (events and rollups)"
+    )
+    removed = run(days=0)
+    assert f"retention: TTL removed from {tables} tables" in removed
+    assert "up to date" not in removed
+    assert "is up to date (retention: no TTL, keeping all)" in run(days=0)
+
+
 def test_migrate_reports_unreachable_storage(tmp_path):
     env = clean_env(
         tmp_path, TALLY_CLICKHOUSE_URL=f"http://default:s3cr3t-pw@127.0.0.1:{free_port()}/tally"
@@ -145,6 +183,50 @@ def test_schema_prints_what_migrate_runs(tmp_path):
     assert "CREATE MATERIALIZED VIEW IF NOT EXISTS analytics.sessions_daily_mv" in ddl
     assert "${db}" not in ddl
     assert ddl.count(";\n") >= 15
+
+
+def test_schema_prints_the_retention_ttl_migrate_sets(tmp_path):
+    """README: `tally schema` "prints the DDL that tally migrate applies"; it left out the
+    retention TTL. It ends with the ALTERs that set TALLY_RETENTION_DAYS on a new database."""
+
+    def schema(*args: str, days: int) -> str:
+        env = clean_env(tmp_path, TALLY_RETENTION_DAYS=str(days))
+        done = subprocess.run(
+            [*TALLY, "schema", *args], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    ddl = schema("--database", "analytics", days=30)
+    ttls = [line for line in ddl.splitlines() if "TTL" in line and not line.startswith("--")]
+    assert ttls == [
+        f"ALTER TABLE analytics.{table} MODIFY TTL {column} + toIntervalDay(31);"
+        for table, column in RETENTION_COLUMNS.items()
+    ]
+    # Exactly what migrate runs on a new database (storage/migrate.py).
+    assert [t.rstrip(";") for t in ttls] == retention_statements({}, 30, "analytics")
+    assert "-- retention: TALLY_RETENTION_DAYS=30" in ddl
+    on_cluster = schema("--cluster", "c", days=7)
+    events_ttl = "MODIFY TTL toDateTime(toDate(occurred_at), 'UTC') + "
+    assert f"ALTER TABLE tally.events_local ON CLUSTER c {events_ttl}" in on_cluster
+    # 0 keeps everything: no TTL, and the output says so.
+    none = schema(days=0)
+    assert "MODIFY TTL" not in none
+    assert "-- retention: TALLY_RETENTION_DAYS=0, no TTL" in none
+
+
+def test_the_commands_table_names_every_option():
+    """The README's commands table lacked `tally migrate --quiet`, which --help lists."""
+    from tally.cli import main
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for name, command in main.commands.items():
+        [row] = [line for line in readme.splitlines() if line.startswith(f"| `tally {name}")]
+        head = row.split(" | ", 2)[0]
+        for param in command.params:
+            if param.name == "help":
+                continue
+            assert any(opt in head for opt in param.opts + param.secondary_opts), (name, param)
 
 
 def test_serve_refuses_to_start_without_storage(tmp_path):

@@ -186,3 +186,85 @@ def test_without_credentials_a_chunked_body_is_never_read(server, path):
     ).encode()
     answer = raw_request(server.port, head, [])
     assert answer.startswith(b"HTTP/1.1 401"), answer
+
+
+# --- TALLY_MAX_BODY_BYTES=0: collect's cap off, the other endpoints keep theirs ----------------
+@pytest.fixture(scope="module")
+def uncapped(tmp_path_factory):
+    data: Path = tmp_path_factory.mktemp("uncapped")
+    served = Server(data, TALLY_MAX_BODY_BYTES="0")
+    created = httpx.post(f"{served.url}/api/projects", json={"name": "cap"}, headers=auth("cap"))
+    served.key = created.json()["apiKey"]
+    served.project = created.json()["projectId"]
+    yield served
+    served.stop()
+
+
+@pytest.mark.slow
+def test_zero_turns_off_collects_cap_and_the_other_endpoints_keep_64_kib(uncapped):
+    """README: "0 turns collect's cap off (the other endpoints keep their 64 KiB)". Before, 0
+    lifted every cap: a 30 MB POST /api/projects was read whole and answered 400."""
+    url = uncapped.url
+    # Collect takes a body over the default cap.
+    body = msgspec.json.encode({"events": [{"name": "pageview"}]})
+    big = padded(body, DEFAULT_CAP + 1)
+    sent = httpx.post(
+        f"{url}/api/collect",
+        content=big,
+        headers={"x-api-key": uncapped.key, "content-type": "application/json"},
+        timeout=60,
+    )
+    assert (sent.status_code, sent.json()) == (202, {"accepted": 1})
+    # The other endpoints: 64 KiB, with a valid session; one byte more is 413.
+    project = msgspec.json.encode({"name": "Site"})
+    headers = {**auth("cap"), "content-type": "application/json"}
+    at_cap = httpx.post(
+        f"{url}/api/projects", content=padded(project, SMALL_BODY_BYTES), headers=headers
+    )
+    assert at_cap.status_code == 201, at_cap.text
+    over = httpx.post(
+        f"{url}/api/projects", content=padded(project, SMALL_BODY_BYTES + 1), headers=headers
+    )
+    assert (over.status_code, over.json()) == (413, {"error": "Payload too large"})
+    # Refused from the declared length alone, before the credentials and the body.
+    for path in ("/api/projects", "/api/projects/keys"):
+        head = (
+            f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            f"content-length: {30 * 10**6}\r\n\r\n"
+        ).encode()
+        answer = raw_request(uncapped.port, head, [])
+        assert answer.startswith(b"HTTP/1.1 413"), answer
+    # A chunked body is cut off once past 64 KiB.
+    head = (
+        f"POST /api/projects HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        f"authorization: {auth('cap')['authorization']}\r\ntransfer-encoding: chunked\r\n\r\n"
+    ).encode()
+    chunk = b" " * 8192
+    framed = f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n"
+    assert raw_request(uncapped.port, head, [framed] * 2500).startswith(b"HTTP/1.1 413")
+    # The OpenAPI document says what applies.
+    document = httpx.get(f"{url}/api/schema/openapi.json").json()["info"]["description"]
+    [row] = [line for line in document.splitlines() if line.startswith("| request body |")]
+    assert "set to 0: no cap on collect" in row
+    assert "64 KiB on the other endpoints" in row
+    assert "0 bytes" not in row and "MiB" not in row and "default" not in row
+
+
+def test_a_cap_under_64_kib_is_every_endpoints_and_the_document_says_so(make_client):
+    """The other endpoints take 64 KiB or TALLY_MAX_BODY_BYTES when lower, and the OpenAPI
+    document names the lower figure (it said "64 KiB on the other endpoints" while 1000 bytes
+    applied)."""
+    headers = {**auth("owner"), "content-type": "application/json"}
+    with make_client(max_body_bytes=1000) as client:
+        project = msgspec.json.encode({"name": "Site"})
+        created = client.post("/api/projects", content=padded(project, 1000), headers=headers)
+        assert created.status_code == 201, created.text
+        over = client.post("/api/projects", content=padded(project, 1001), headers=headers)
+        assert (over.status_code, over.json()) == (413, {"error": "Payload too large"})
+        # (the app's own document: Litestar caches the served JSON per process, of the first app)
+        document = client.app.openapi_schema.to_schema()["info"]["description"]
+        [row] = [line for line in document.splitlines() if line.startswith("| request body |")]
+        assert "set to 1,000 bytes on collect" in row
+        assert "1,000 bytes on the other endpoints too" in row
+        assert "64 KiB on the other endpoints;" not in row
+        assert "MiB" not in row and "default" not in row

@@ -7,12 +7,14 @@ from pathlib import Path
 
 import msgspec
 
+from conftest import auth
 from tally.app import create_app
 from tally.config import Settings
 from tally.domain import projects
 from tally.http import schemas
-from tally.http.limits_doc import DEFAULT_DAYS, PAGE_DAYS, markdown
+from tally.http.limits_doc import DEFAULT_DAYS, PAGE_DAYS, markdown, rows
 from tally.http.messages import plain
+from tally.http.schemas import ProjectCreated
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,3 +73,63 @@ def test_the_field_limits_are_the_schemas():
         f"{projects.LABEL_RULE}, and at most 200 characters with them"
     )
     assert projects.LABEL_RULE.startswith("must be 1 to 60 characters")
+
+
+def test_the_readme_states_the_created_projects_body(client):
+    """README "Projects" said the 201 body of POST /api/projects is {projectId, apiKey}; the
+    answer (and the API example) carry keyId too."""
+    import json
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    answer = client.post("/api/projects", json={"name": "Doc"}, headers=auth("doc-reader"))
+    assert answer.status_code == 201, answer.text
+    fields = set(answer.json())
+    assert fields == {f.encode_name for f in msgspec.inspect.type_info(ProjectCreated).fields}
+    [stated] = re.findall(r"its 201 body is `\{([^}]*)\}`", readme)
+    assert {f.strip() for f in stated.split(",")} == fields
+    [example] = re.findall(r'# 201 \{("projectId",[^}]*)\}', readme)
+    assert {f.strip().strip('"') for f in example.split(",")} == fields
+    [quickstart] = re.findall(r'^# (\{"projectId":.*\})$', readme, re.MULTILINE)
+    assert set(json.loads(quickstart)) == fields
+
+
+def row(settings: Settings, what: str) -> str:
+    [rule] = [r for w, r in rows(settings) if w == what]
+    return rule
+
+
+def test_the_table_states_configured_values_as_they_apply():
+    """The OpenAPI table printed "default 0 bytes (0 MiB)" for TALLY_MAX_BODY_BYTES=0 (which turns
+    collect's cap off), "default 1,000 bytes (0.000953674 MiB)" and "64 KiB on the other
+    endpoints" for 1000 (where 1000 bytes applied there too), and a blank for a rate limit turned
+    off."""
+    off = row(Settings(max_body_bytes=0), "request body")
+    assert off.startswith("`TALLY_MAX_BODY_BYTES` set to 0: no cap on collect")
+    assert "; 64 KiB on the other endpoints;" in off
+    assert "MiB" not in off and "default" not in off
+    low = row(Settings(max_body_bytes=1000), "request body")
+    assert low.startswith("`TALLY_MAX_BODY_BYTES` set to 1,000 bytes on collect")
+    assert "1,000 bytes on the other endpoints too" in low
+    assert "64 KiB on the other endpoints;" not in low
+    assert "MiB" not in low and "default" not in low and "e-" not in low
+    odd = row(Settings(max_body_bytes=123_456), "request body")
+    assert "set to 123,456 bytes (about 120.6 KiB) on collect" in odd
+    assert "; 64 KiB on the other endpoints;" in odd
+    big = row(Settings(max_body_bytes=10 * 2**20), "request body")
+    assert "set to 10,485,760 bytes (10 MiB) on collect" in big
+    default = row(Settings(), "request body")
+    assert "default 7,340,032 bytes (7 MiB) on collect (0: no cap)" in default
+    assert "64 KiB on the other endpoints, or `TALLY_MAX_BODY_BYTES` if lower" in default
+
+    unlimited = Settings(
+        collect_limit_per_key="", collect_limit_per_ip=" ", session_limit_per_user=""
+    )
+    collect = row(unlimited, "collect rate limits")
+    assert "`TALLY_COLLECT_LIMIT_PER_KEY` empty, so no limit per key" in collect
+    assert "`TALLY_COLLECT_LIMIT_PER_IP` empty, so no limit per client IP" in collect
+    session = row(unlimited, "session endpoints rate limit")
+    assert session.startswith("`TALLY_SESSION_LIMIT_PER_USER` empty, so no limit per user")
+    # the document served with such settings holds that table
+    document = create_app(Settings(max_body_bytes=0)).openapi_schema.to_schema()
+    assert markdown(Settings(max_body_bytes=0)) in document["info"]["description"]

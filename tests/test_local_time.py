@@ -314,3 +314,48 @@ def test_days_of_a_local_mean_time_are_a_400_in_words(client, zone, off, on):
     assert answer.status_code == 400, answer.text
     assert answer.json()["error"] == "Invalid payload"
     assert answer.json()["details"][0]["path"] == "$.date_range"
+
+
+def test_a_comparison_range_off_the_grid_is_a_400_naming_compare(client):
+    """The range asked for is on the grid (Monrovia left its local mean time on 1972-01-07) but
+    the year before is not. The 400 named `$.from` and 1971-05-01, a date the user never sent,
+    and the breakdown answered 200 with no rows while the range was empty, 400 once it had
+    events: it names compare, says it is the comparison range, and is the same either way."""
+    headers = auth("alice")
+    created = client.post(
+        "/api/projects", json={"name": "Monrovia", "timezone": "Africa/Monrovia"}, headers=headers
+    )
+    assert created.status_code == 201, created.text
+    project_id, key = created.json()["projectId"], created.json()["apiKey"]
+    asked = f"projectId={project_id}&from=1972-05-01&to=1972-05-02&compare=previous_year"
+
+    def refused(path: str) -> None:
+        sep = "&" if "?" in path else "?"
+        answer = client.get(f"{path}{sep}{asked}", headers=headers)
+        assert answer.status_code == 400, (path, answer.text)
+        body = answer.json()
+        assert body["error"] == "Invalid query"
+        [detail] = body["details"]
+        assert detail["path"] == "$.compare"
+        assert detail["message"] == (
+            "the comparison range (previous_year) starts 1971-05-01, which in Africa/Monrovia is "
+            "-0:44:30 from UTC, a local mean time off the 15-minute grid Tally's rollups keep; "
+            "choose later dates, or leave out compare"
+        )
+
+    # No events in the range yet.
+    refused("/api/dashboard")
+    refused("/api/breakdown?by=path")
+    # With events in it (the breakdown then has rows to compare).
+    events = [{"name": "pageview", "path": "/x", "occurredAt": "1972-05-01T12:00:00Z"}]
+    sent = client.post("/api/collect", json={"events": events}, headers={"x-api-key": key})
+    assert sent.status_code == 202, sent.text
+    without_compare = asked.replace("&compare=previous_year", "")
+    rows = client.get(f"/api/breakdown?by=path&{without_compare}", headers=headers).json()["rows"]
+    assert [r["value"] for r in rows] == ["/x"]
+    for by in ("path", "source", "country"):
+        refused(f"/api/breakdown?by={by}")
+    refused("/api/dashboard")
+    # previous_period: the days just before (1972-04-29..30) are on the grid: answered.
+    period = asked.replace("previous_year", "previous_period")
+    assert client.get(f"/api/breakdown?by=path&{period}", headers=headers).status_code == 200

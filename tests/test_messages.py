@@ -6,6 +6,7 @@ import pytest
 
 from conftest import auth, new_project
 from tally.domain.projects import CONTROL_RULE, LABEL_RULE, NAME_RULE, VISIBLE_RULE
+from tally.http.messages import plain
 
 ISO = "must be an ISO 8601 date-time, e.g. 2026-11-23T10:00:00Z"
 
@@ -229,6 +230,27 @@ def test_missing_key_id_on_revoke(client):
             "$.x",
             "is not supported",
         ),
+        # "must have at least 1 items" before: the items named, in the right number
+        (
+            {"site_id": "0" * 24, "metrics": [], "date_range": "7d"},
+            "$.metrics",
+            "must have at least 1 metric",
+        ),
+        (
+            {"site_id": "0" * 24, "metrics": ["visitors"] * 7, "date_range": "7d"},
+            "$.metrics",
+            "must have at most 6 metrics",
+        ),
+        (
+            {
+                "site_id": "0" * 24,
+                "metrics": ["visitors"],
+                "date_range": "7d",
+                "dimensions": ["event:page"] * 5,
+            },
+            "$.dimensions",
+            "must have at most 4 dimensions",
+        ),
     ],
 )
 def test_v2_query_messages(client, body, path, message):
@@ -238,3 +260,17 @@ def test_v2_query_messages(client, body, path, message):
         "error": "Invalid payload",
         "details": [{"path": path, "message": message}],
     }
+
+
+def test_array_and_object_lengths_are_said_in_the_right_number():
+    """Any other body's array or object with a length rule: items or keys, singular for 1."""
+    assert plain("Expected `array` of length >= 1", "$.things") == (
+        "$.things",
+        "must have at least 1 item",
+    )
+    assert plain("Expected `array` of length <= 3", "$.things") == (
+        "$.things",
+        "must have at most 3 items",
+    )
+    assert plain("Expected `object` of length <= 1", "$.extra")[1] == "must have at most 1 key"
+    assert plain("Expected `object` of length <= 2", "$.extra")[1] == "must have at most 2 keys"

@@ -152,7 +152,8 @@ def test_retention_ttl_expires_old_data_and_can_be_changed(chdb_path):
                 )
             )
 
-        assert all("toIntervalDay(30)" in engines()[t] for t in RETENTION_COLUMNS)
+        # A day's rows leave every table together, N days after the day ended.
+        assert all("toIntervalDay(31)" in engines()[t] for t in RETENTION_COLUMNS)
         now = datetime.now(UTC)
         old, recent = (int((now - timedelta(days=d)).timestamp()) for d in (40, 2))
         client = ("", "", "", None, "{}", "", "", "k")  # browser ... key_id
@@ -168,9 +169,44 @@ def test_retention_ttl_expires_old_data_and_can_be_changed(chdb_path):
         assert storage.query(f"SELECT sum(events) FROM {storage.database}.events_daily")[0][0] == 1
 
         migrate(storage, retention_days=90)  # changed later
-        assert all("toIntervalDay(90)" in engines()[t] for t in RETENTION_COLUMNS)
+        assert all("toIntervalDay(91)" in engines()[t] for t in RETENTION_COLUMNS)
         migrate(storage, retention_days=0)  # back to keeping everything
         assert all(" TTL " not in engines()[t] for t in RETENTION_COLUMNS)
+    finally:
+        storage.close()
+
+
+def test_retention_drops_a_days_rows_from_every_table_together(chdb_path):
+    """Kept N days: an event of N days ago less two minutes is in the raw table and in every
+    rollup (a TTL by each table's own day or bucket dropped the day rollups' rows up to a day
+    earlier, and the dashboard said 3 where the raw table and v2 said 6); one of N + 2 days ago
+    is in none."""
+    from datetime import UTC, datetime, timedelta
+
+    from tally.storage.migrate import RETENTION_COLUMNS
+    from tally.storage.writer import events_inserter
+
+    storage = Storage(parse_url(f"chdb://{chdb_path}?database=k_{uuid.uuid4().hex[:10]}"), 1)
+    db = storage.database
+    try:
+        migrate(storage, retention_days=5)
+        now = datetime.now(UTC)
+        client = ("", "", "", None, "{}", "", "", "k")  # browser ... key_id
+        dims = ("Direct / None", "Direct", "", "", "", "", "", "Unknown", 0)  # schema 005
+        ages = {"kept": timedelta(days=5) - timedelta(minutes=2), "gone": timedelta(days=7)}
+        rows = []
+        for name, age in ages.items():
+            t = int((now - age).timestamp())
+            rows.append(("p" * 24, "pageview", t, t, f"/{name}", "", "", f"s{name}", f"v{name}"))
+        rows = [(*row, *client, *dims) for row in rows]
+        events_inserter(storage)(rows, uuid.uuid4().hex)
+        for table in RETENTION_COLUMNS:
+            storage.command(f"OPTIMIZE TABLE {db}.{table} FINAL")
+        assert storage.query(f"SELECT path FROM {db}.events") == [("/kept",)]
+        for table, column in (("events_daily", "events"), ("events_quarter", "events")):
+            assert storage.query(f"SELECT sum({column}) FROM {db}.{table}") == [(1,)], table
+        for table in ("paths_daily", "sessions_daily", "visitors_daily", "visitors_quarter"):
+            assert storage.query(f"SELECT count() FROM {db}.{table}") == [(1,)], table
     finally:
         storage.close()
 
@@ -299,10 +335,10 @@ def test_retention_in_cluster_mode_alters_the_local_tables():
     assert len(statements) == len(RETENTION_COLUMNS)
     assert statements[0] == (
         "ALTER TABLE tally.events_local ON CLUSTER c MODIFY TTL "
-        "toDateTime(occurred_at) + toIntervalDay(30)"
+        "toDateTime(toDate(occurred_at), 'UTC') + toIntervalDay(31)"
     )
     current = {
-        f"{t}_local": f"MergeTree TTL {c} + toIntervalDay(30)" for t, c in RETENTION_COLUMNS.items()
+        f"{t}_local": f"MergeTree TTL {c} + toIntervalDay(31)" for t, c in RETENTION_COLUMNS.items()
     }
     assert retention_statements(current, 30, "tally", "c") == []
     assert all(

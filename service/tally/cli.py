@@ -38,11 +38,17 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--quiet", is_flag=True, help="Print nothing when there is nothing new.")
+@click.option(
+    "--quiet",
+    is_flag=True,
+    help="Print nothing when there is nothing new (new migrations and retention changes are "
+    "still said).",
+)
 def migrate(quiet: bool) -> None:
-    """Apply schema/ to the configured ClickHouse (idempotent, ordered, recorded)."""
+    """Apply schema/ and the retention TTL (TALLY_RETENTION_DAYS) to the configured ClickHouse
+    (idempotent, ordered, recorded)."""
     from .storage.client import Storage, parse_url
-    from .storage.migrate import migrate as apply_schema
+    from .storage.migrate import migrate_schema, retention_report
 
     settings = load_settings()
     _setup_logging(settings)
@@ -60,17 +66,22 @@ def migrate(quiet: bool) -> None:
     except Exception as exc:
         raise SystemExit(f"tally: cannot reach {target.description}: {exc}") from None
     try:
-        applied = apply_schema(storage, settings.retention_days)
+        done = migrate_schema(storage, settings.retention_days)
     except Exception as exc:
         raise SystemExit(f"tally: cannot apply the schema to {target.description}: {exc}") from None
     finally:
         storage.close()
-    if applied:
+    retention = retention_report(done.retention, settings.retention_days)
+    if done.new:
         click.echo(
-            f"applied {len(applied)} migration(s) to {target.description}: " + ", ".join(applied)
+            f"applied {len(done.new)} migration(s) to {target.description}: " + ", ".join(done.new)
         )
-    elif not quiet:
-        click.echo(f"schema of {target.description} is up to date")
+    if retention:
+        click.echo(retention)
+    if not (done.new or retention or quiet):
+        days = settings.retention_days
+        kept = f"a TTL of {days} day{'s' if days != 1 else ''}" if days else "no TTL, keeping all"
+        click.echo(f"schema of {target.description} is up to date (retention: {kept})")
 
 
 @main.command()
@@ -81,9 +92,15 @@ def migrate(quiet: bool) -> None:
     "Distributed ones (default: TALLY_CLICKHOUSE_CLUSTER; empty for one node).",
 )
 def schema(database: str | None, cluster: str | None) -> None:
-    """Print the DDL that `tally migrate` runs, for review."""
+    """Print the DDL that `tally migrate` runs, for review, with the retention TTL of
+    TALLY_RETENTION_DAYS as set on a new database."""
     from .storage.client import parse_url
-    from .storage.migrate import database_statement, load_migrations, migrations_table
+    from .storage.migrate import (
+        database_statement,
+        load_migrations,
+        migrations_table,
+        retention_statements,
+    )
 
     settings = load_settings()
     try:
@@ -99,6 +116,8 @@ def schema(database: str | None, cluster: str | None) -> None:
     try:
         ddl = [database_statement(name, cluster), migrations_table(name, cluster)]
         migrations = [(m.name, m.statements(name, cluster)) for m in load_migrations()]
+        # A new database's tables have no TTL: these are the ALTERs that set the configured one.
+        retention = retention_statements({}, settings.retention_days, name, cluster)
     except ValueError as exc:
         raise SystemExit(f"tally: {exc}") from None
     for statement in ddl:
@@ -107,6 +126,19 @@ def schema(database: str | None, cluster: str | None) -> None:
         click.echo(f"-- {migration}")
         for statement in statements:
             click.echo(statement.strip() + ";\n")
+    days = settings.retention_days
+    if days > 0:
+        click.echo(
+            f"-- retention: TALLY_RETENTION_DAYS={days}, a TTL on events and every rollup (on an "
+            "existing database `tally migrate` runs the ALTERs of the tables whose TTL differs)"
+        )
+        for statement in retention:
+            click.echo(statement.strip() + ";\n")
+    else:
+        click.echo(
+            "-- retention: TALLY_RETENTION_DAYS=0, no TTL (on an existing database `tally "
+            "migrate` runs ALTER TABLE ... REMOVE TTL on the tables that have one)"
+        )
 
 
 @main.command()

@@ -81,7 +81,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
 
     # Largest request body in bytes, on every endpoint (413 beyond it, refused before it is read
     # whole). The default, 7 MiB, admits the largest valid collect batch (6,737,612 bytes: 100
-    # events at every field's maximum, metadata included); 0 disables the cap.
+    # events at every field's maximum, metadata included); 0 turns collect's cap off (the other
+    # endpoints keep theirs, 64 KiB).
     max_body_bytes: int = 7 * 1024 * 1024
 
     # Exports (GET /api/export) per user, on top of the session limit: each one reads raw events.

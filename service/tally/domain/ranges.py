@@ -69,19 +69,32 @@ class DateRange:
     end_utc: datetime
 
     @classmethod
-    def of(cls, first_day: date, last_day: date, zone: ZoneInfo) -> DateRange:
+    def of(
+        cls, first_day: date, last_day: date, zone: ZoneInfo, compare: Compare | None = None
+    ) -> DateRange:
         """The range of those local days; ``InvalidQuery`` when one of its ends falls off the
         15-minute grid that every rollup keeps: only a zone's historical local mean time does
-        (Africa/Monrovia until 1972, -0:44:30; Pacific/Kiritimati until 1979, -10:40)."""
+        (Africa/Monrovia until 1972, -0:44:30; Pacific/Kiritimati until 1979, -10:40).
+        ``compare``: this is the range ``compare`` chose, so the refusal names ``compare`` and
+        says so (the user sent neither of its dates)."""
         start = local_midnight(first_day, zone)
         end = local_midnight(last_day + timedelta(days=1), zone)
-        for day, instant, path in ((first_day, start, "$.from"), (last_day, end, "$.to")):
+        ends = ((first_day, start, "$.from", "starts"), (last_day, end, "$.to", "ends"))
+        for day, instant, path, verb in ends:
             if (instant - EPOCH) % QUARTER_HOUR:
-                offset = datetime.combine(day, time(12), tzinfo=zone).utcoffset()
+                # the zone's offset just before that midnight: the local mean time's, also on
+                # the day it ended (Monrovia's 1972-01-07 began at the change, off the grid)
+                offset = (instant - timedelta(seconds=1)).astimezone(zone).utcoffset()
+                off_grid = (
+                    f"in {zone.key} is {_offset(offset)} from UTC, a local mean time off the "
+                    "15-minute grid Tally's rollups keep"
+                )
+                if compare is None:
+                    raise InvalidQuery(path, f"{day} {off_grid}; choose later dates")
                 raise InvalidQuery(
-                    path,
-                    f"{day} in {zone.key} is {_offset(offset)} from UTC, a local mean time off "
-                    "the 15-minute grid Tally's rollups keep; choose later dates",
+                    "$.compare",
+                    f"the comparison range ({compare}) {verb} {day}, which {off_grid}; choose "
+                    "later dates, or leave out compare",
                 )
         return cls(first_day, last_day, start, end)
 
@@ -188,11 +201,12 @@ def _year_earlier(day: date) -> tuple[date, bool]:
 
 def comparison_range(current: DateRange, compare: Compare, zone: ZoneInfo) -> Comparison:
     """``previous_period``: the ``current.days`` days just before ``current.first_day``.
-    ``previous_year``: the same local dates one year earlier (Feb 29 -> Feb 28)."""
+    ``previous_year``: the same local dates one year earlier (Feb 29 -> Feb 28).
+    ``InvalidQuery`` naming ``$.compare`` when that range is off the rollups' grid."""
     if compare == "previous_period":
         last = current.first_day - timedelta(days=1)
         first = current.first_day - timedelta(days=current.days)
-        return Comparison(DateRange.of(first, last, zone))
+        return Comparison(DateRange.of(first, last, zone, compare))
     first, moved_first = _year_earlier(current.first_day)
     last, moved_last = _year_earlier(current.last_day)
     note = None
@@ -204,7 +218,7 @@ def comparison_range(current: DateRange, compare: Compare, zone: ZoneInfo) -> Co
             " and ".join(d.isoformat() for d in moved)
             + " has no date a year earlier; February 28 stands for February 29"
         )
-    return Comparison(DateRange.of(first, last, zone), note)
+    return Comparison(DateRange.of(first, last, zone, compare), note)
 
 
 def relative_change(current: float | int, previous: float | int) -> float | None:

@@ -128,8 +128,12 @@ async def asked_query(
         last=spec.last,
         **extra,
     )
-    # 400 for days a zone's local mean time puts off the rollups' 15-minute grid (ranges.py).
-    DateRange.of(query.first_day, query.last_day, query.zone)
+    # 400 for days a zone's local mean time puts off the rollups' 15-minute grid (ranges.py),
+    # the range's own or the one compared with: before anything is read, so that the answer
+    # does not depend on what is stored (a breakdown with no rows never asked the other range).
+    current = DateRange.of(query.first_day, query.last_day, query.zone)
+    if against is not None:
+        comparison_range(current, against, query.zone)
     return query, against
 
 

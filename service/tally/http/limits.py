@@ -6,8 +6,9 @@ a chunked body (or one that lies about its length) is read only once the credent
 cut off as soon as the bytes received pass the cap. The default admits the largest batch
 ``/api/collect`` accepts (100 events at every field's maximum, metadata included, in compact ASCII
 JSON: 6,737,612 bytes) with room for whitespace; ``TALLY_MAX_BODY_BYTES`` changes it. The other
-endpoints take a few hundred bytes of JSON and are capped at ``SMALL_BODY_BYTES`` (or the cap, if
-lower).
+endpoints take a few hundred bytes of JSON and are capped at ``SMALL_BODY_BYTES``, or at
+``TALLY_MAX_BODY_BYTES`` when that is lower. ``TALLY_MAX_BODY_BYTES=0`` turns off collect's cap
+only: the other endpoints keep ``SMALL_BODY_BYTES``.
 """
 
 from __future__ import annotations
@@ -38,22 +39,32 @@ def _declared_length(scope: Scope) -> int | None:
     return None
 
 
+def small_cap(max_bytes: int) -> int:
+    """The cap of every endpoint but collect: 64 KiB, or ``max_bytes`` when lower (0: 64 KiB)."""
+    return min(max_bytes, SMALL_BODY_BYTES) if max_bytes > 0 else SMALL_BODY_BYTES
+
+
 def cap_for(path: str, max_bytes: int) -> int:
-    """The body cap of ``path``: ``max_bytes`` on collect, at most 64 KiB elsewhere."""
+    """The body cap of ``path``: ``max_bytes`` on collect (0: none), :func:`small_cap`
+    elsewhere."""
     if path.rstrip("/") in LARGE_BODY_PATHS:
-        return max_bytes
-    return min(max_bytes, SMALL_BODY_BYTES)
+        return max(max_bytes, 0)
+    return small_cap(max_bytes)
 
 
 def body_cap(max_bytes: int) -> Any:
-    """Litestar middleware factory: ``middleware=[body_cap(7 * 2**20)]``; 0 disables the cap."""
+    """Litestar middleware factory: ``middleware=[body_cap(7 * 2**20)]``; 0 lifts collect's cap
+    (the other endpoints keep theirs)."""
 
     def middleware(app: ASGIApp) -> ASGIApp:
         async def handle(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] != "http" or max_bytes <= 0:
+            if scope["type"] != "http":
                 await app(scope, receive, send)
                 return
             limit = cap_for(scope.get("path", ""), max_bytes)
+            if not limit:  # collect with TALLY_MAX_BODY_BYTES=0
+                await app(scope, receive, send)
+                return
             declared = _declared_length(scope)
             if declared is not None and declared > limit:
                 raise PayloadTooLarge

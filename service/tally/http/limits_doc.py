@@ -6,22 +6,62 @@ from __future__ import annotations
 from ..config import Settings
 from ..domain.events import MAX_USER_AGENT
 from ..domain.metrics import MAX_DAYS
-from .limits import SMALL_BODY_BYTES
+from .limits import SMALL_BODY_BYTES, small_cap
 
 DEFAULT_DAYS = 14  # the API's default window (GET /api/dashboard)
 PAGE_DAYS = 7  # the window the dashboard page opens on (web/app.js DEFAULT_DAYS)
 LARGEST_VALID_BATCH = 6_737_612  # bytes; built and sent by tests/test_limits.py
 
 
+def size(n: int) -> str:
+    """A number of bytes as people read it: ``7,340,032 bytes (7 MiB)``, ``64 KiB``,
+    ``123,456 bytes (about 120.6 KiB)``, ``1,000 bytes``."""
+    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            whole, rest = divmod(n, scale)
+            if rest == 0 and scale == 2**10:
+                return f"{whole} {unit}"
+            amount = f"{whole}" if rest == 0 else f"about {n / scale:.1f}"
+            return f"{n:,} bytes ({amount} {unit})"
+    return f"{n:,} bytes"
+
+
+def _body(cap: int) -> str:
+    """The request body row: collect's cap and the other endpoints', as ``cap`` makes them."""
+    batch = (
+        f"the largest valid batch (100 events at every maximum) is {LARGEST_VALID_BATCH:,} bytes"
+    )
+    others = small_cap(cap)
+    if cap == Settings().max_body_bytes:
+        return (
+            f"`TALLY_MAX_BODY_BYTES`, default {size(cap)} on collect (0: no cap): {batch}; "
+            f"{size(SMALL_BODY_BYTES)} on the other endpoints, or `TALLY_MAX_BODY_BYTES` if "
+            "lower; 413 beyond"
+        )
+    if cap == 0:
+        collect = f"`TALLY_MAX_BODY_BYTES` set to 0: no cap on collect, where {batch}"
+    else:
+        collect = f"`TALLY_MAX_BODY_BYTES` set to {size(cap)} on collect, where {batch}"
+    if others < SMALL_BODY_BYTES:
+        rest = f"{size(others)} on the other endpoints too (the setting, lower than their 64 KiB)"
+    else:
+        rest = f"{size(others)} on the other endpoints"
+    return f"{collect}; {rest}; 413 beyond"
+
+
+def _rate(value: str) -> str:
+    """A rate limit setting as the table says it: ``100/second``; empty is no limit."""
+    return value.strip() or "empty, so no limit"
+
+
 def rows(settings: Settings | None = None) -> list[tuple[str, str]]:
     s = settings or Settings()
-    cap = s.max_body_bytes
     return [
         (
             "project `name`",
             "required, 2–60 characters once surrounding whitespace is trimmed (at most 200 with "
             "it); no control characters, not only invisible ones (spaces, U+200B and other format "
-            "characters)",
+            "characters, combining marks alone, Hangul fillers)",
         ),
         (
             "key `label`",
@@ -57,12 +97,7 @@ def rows(settings: Settings | None = None) -> list[tuple[str, str]]:
             f"its first {MAX_USER_AGENT} characters are read (browser, os, device type, bot) "
             "and stored",
         ),
-        (
-            "request body",
-            f"`TALLY_MAX_BODY_BYTES`, default {cap:,} bytes ({cap / 2**20:g} MiB) on collect: the "
-            f"largest valid batch (100 events at every maximum) is {LARGEST_VALID_BATCH:,} bytes; "
-            f"{SMALL_BODY_BYTES // 1024} KiB on the other endpoints; 413 beyond",
-        ),
+        ("request body", _body(s.max_body_bytes)),
         (
             "body encoding",
             "UTF-8 JSON, no byte order mark, no duplicate keys; content type "
@@ -70,12 +105,14 @@ def rows(settings: Settings | None = None) -> list[tuple[str, str]]:
         ),
         (
             "collect rate limits",
-            f"`TALLY_COLLECT_LIMIT_PER_KEY` {s.collect_limit_per_key} per key, "
-            f"`TALLY_COLLECT_LIMIT_PER_IP` {s.collect_limit_per_ip} per client IP; 429 beyond",
+            f"`TALLY_COLLECT_LIMIT_PER_KEY` {_rate(s.collect_limit_per_key)} per key, "
+            f"`TALLY_COLLECT_LIMIT_PER_IP` {_rate(s.collect_limit_per_ip)} per client IP; 429 "
+            "beyond",
         ),
         (
             "session endpoints rate limit",
-            f"`TALLY_SESSION_LIMIT_PER_USER` {s.session_limit_per_user} per user; 429 beyond",
+            f"`TALLY_SESSION_LIMIT_PER_USER` {_rate(s.session_limit_per_user)} per user; 429 "
+            "beyond",
         ),
         (
             "slow clients",

@@ -30,6 +30,12 @@ _LENGTH_RULES = {
     "visitorId": "must be at most 200 characters",
     "label": LABEL_RULE,
 }
+# What the items of a body's array are called, singular and plural (`"metrics": []` "must have
+# at least 1 metric", not "1 items"); other arrays have items, objects keys.
+_ITEMS = {
+    "metrics": ("metric", "metrics"),
+    "dimensions": ("dimension", "dimensions"),
+}
 # The values of the query parameters that take one of a list (Litestar checks them).
 ENUM_CHOICES: dict[str, tuple[str, ...]] = {
     "by": get_args(By),
@@ -120,8 +126,13 @@ def plain(message: str, path: str, in_query: bool = False, in_key: bool = False)
             return path, "must have at least 1 event"
         if kind == "object" and field == "metadata":
             return path, "must have at most 50 keys"
-        unit = {"array": "items", "object": "keys"}[kind]
-        return path, f"must have {'at least' if op == '>=' else 'at most'} {n} {unit}"
+        one, many = (
+            _ITEMS.get(field) or {"array": ("item", "items"), "object": ("key", "keys")}[kind]
+        )
+        return (
+            path,
+            f"must have {'at least' if op == '>=' else 'at most'} {n} {one if n == 1 else many}",
+        )
     if match := _BOUND.match(message):
         if field == "days":
             return path, f"must be a whole number of days from 1 to {MAX_DAYS}"

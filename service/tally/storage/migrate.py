@@ -273,20 +273,26 @@ def applied_versions(storage: Storage) -> dict[int, str]:
     return {int(v): c for v, c in rows}
 
 
-# The time column each table expires by, for the retention TTL.
+# What each table expires by, for the retention TTL: the start (UTC) of the UTC day its row's
+# events are of (``seen`` for session_values: the last time a value was seen, so that a name
+# stays while a kept row may need it). Every table then drops a day's rows at the same instant,
+# N days after that day ended (``+ toIntervalDay(N + 1)`` below): the raw events of a day and
+# its day, hour and 15-minute rollups leave together, and an event is kept at least N days. A
+# TTL by each table's own time (``occurred_at``, ``bucket``, ``day``) dropped a day rollup's rows
+# up to a day before their events, and the dashboard then disagreed with the raw table.
 RETENTION_COLUMNS: dict[str, str] = {
-    "events": "toDateTime(occurred_at)",
-    "events_daily": "day",
-    "events_hourly": "hour",
-    "paths_daily": "day",
-    "referrers_daily": "day",
-    "clients_daily": "day",
-    "visitors_daily": "day",
-    "sessions_daily": "day",
-    "events_quarter": "bucket",
-    "visitors_quarter": "bucket",
-    "sessions_quarter": "bucket",
-    "audience_quarter": "bucket",
+    "events": "toDateTime(toDate(occurred_at), 'UTC')",
+    "events_daily": "toDateTime(day, 'UTC')",
+    "events_hourly": "toStartOfDay(hour)",
+    "paths_daily": "toDateTime(day, 'UTC')",
+    "referrers_daily": "toDateTime(day, 'UTC')",
+    "clients_daily": "toDateTime(day, 'UTC')",
+    "visitors_daily": "toDateTime(day, 'UTC')",
+    "sessions_daily": "toDateTime(day, 'UTC')",
+    "events_quarter": "toStartOfDay(bucket)",
+    "visitors_quarter": "toStartOfDay(bucket)",
+    "sessions_quarter": "toStartOfDay(bucket)",
+    "audience_quarter": "toStartOfDay(bucket)",
     "session_values": "seen",
 }
 
@@ -301,7 +307,7 @@ def retention_statements(
         name = table + LOCAL_SUFFIX if cluster else table
         on_cluster = f" ON CLUSTER {cluster}" if cluster else ""
         engine = engines.get(name, "")
-        wanted = f"{column} + toIntervalDay({days})"
+        wanted = f"{column} + toIntervalDay({days + 1})"  # as ClickHouse prints it back
         if days > 0 and f"TTL {wanted}" not in engine:
             out.append(f"ALTER TABLE {database}.{name}{on_cluster} MODIFY TTL {wanted}")
         elif days <= 0 and " TTL " in engine:
@@ -309,14 +315,37 @@ def retention_statements(
     return out
 
 
-def apply_retention(storage: Storage, days: int) -> None:
-    """Keep ``days`` days of events and rollups (0: keep everything). Safe to repeat or change."""
+def apply_retention(storage: Storage, days: int) -> list[str]:
+    """Keep ``days`` days of events and rollups (0: keep everything). Safe to repeat or change.
+    Returns the ALTERs it ran: none when every table's TTL was already ``days``."""
     rows = storage.query(
         "SELECT name, engine_full FROM system.tables WHERE database = {db:String}",
         {"db": storage.database},
     )
-    for statement in retention_statements(dict(rows), days, storage.database, storage.cluster):
+    statements = retention_statements(dict(rows), days, storage.database, storage.cluster)
+    for statement in statements:
         storage.command(statement)
+    return statements
+
+
+def retention_report(statements: list[str], days: int) -> str | None:
+    """What :func:`apply_retention` did, in words (None when it did nothing)."""
+    if not statements:
+        return None
+    tables = f"{len(statements)} table{'s' if len(statements) != 1 else ''}"
+    if days > 0:
+        unit = "day" if days == 1 else "days"
+        return f"retention: TTL of {days} {unit} set on {tables} (events and rollups)"
+    return f"retention: TTL removed from {tables}, keeping all data (TALLY_RETENTION_DAYS=0)"
+
+
+@dataclass(frozen=True)
+class Migrated:
+    """What :func:`migrate_schema` changed: the migrations new to the database and the retention
+    ALTERs it ran."""
+
+    new: list[str]
+    retention: list[str]
 
 
 def migrate(storage: Storage, retention_days: int = 0) -> list[str]:
@@ -324,6 +353,12 @@ def migrate(storage: Storage, retention_days: int = 0) -> list[str]:
 
     With ``storage.cluster`` set, everything is created on every node of that cluster.
     """
+    return migrate_schema(storage, retention_days).new
+
+
+def migrate_schema(storage: Storage, retention_days: int = 0) -> Migrated:
+    """:func:`migrate`, saying also which retention ALTERs it ran (``tally migrate`` reports
+    them)."""
     cluster = storage.cluster
     if cluster:
         # The node we talk to has the database already (Storage creates it); the others too now.
@@ -345,5 +380,5 @@ def migrate(storage: Storage, retention_days: int = 0) -> list[str]:
             )
             new.append(migration.name)
             log.info("applied %s", migration.name)
-    apply_retention(storage, retention_days)
-    return new
+    retention = apply_retention(storage, retention_days)
+    return Migrated(new, retention)
