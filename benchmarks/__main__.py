@@ -2,19 +2,31 @@
 [--clickhouse-url URL --workers N]`.
 
 Prints a table and writes benchmarks/results/latest.json (and a PNG plot of dashboard latency
-against tenant size when matplotlib is installed: `pip install ".[bench]"`).
+against tenant size when matplotlib is installed: `pip install ".[bench]"`). Exits with 1 when a
+served answer differs from raw SQL or an acknowledged event is lost or stored twice. SIGTERM
+stops it as Ctrl-C does: the servers, wrk and workers it started are stopped and its temporary
+folders removed.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from . import dashboard, export, ingest, queries
-from .common import RESULTS, flatten, git_commit, machine, storage_kind, write_results
+from .common import (
+    flatten,
+    git_commit,
+    machine,
+    output_paths,
+    positive,
+    stop_on_sigterm,
+    storage_kind,
+    write_results,
+)
 
 MODES: dict[str, dict[str, Any]] = {
     # A few minutes on a quiet 2-core machine; the queries module takes the most.
@@ -130,22 +142,25 @@ def _counts(text: str) -> list[int]:
     return counts
 
 
+def _sizes(text: str) -> list[int]:
+    """``--sizes``: tenant sizes, each once (one tenant and one result per size)."""
+    sizes = _counts(text)
+    repeated = sorted({n for n in sizes if sizes.count(n) > 1})
+    if repeated:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: each size once ({', '.join(map(str, repeated))} given twice)"
+        )
+    return sizes
+
+
 def _sweep(text: str) -> list[int]:
     """``--sweep``: connection counts, or ``none`` (or empty) for no sweep."""
     return [] if text.strip() in ("", "none") else _counts(text)
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
-
-
-def main(argv: list[str] | None = None) -> int:
+def options(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[str, Any]]:
+    """The parsed arguments and the mode they make (a copy of MODES[...] with the options that
+    were given); a plain error (exit status 2) for arguments that cannot run."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_const", dest="mode", const="quick")
     parser.add_argument(
@@ -157,11 +172,24 @@ def main(argv: list[str] | None = None) -> int:
         help="queries: the dashboard's tenants with the breakdown, filter, zone, comparison and "
         "range timings, their exactness and the cost of the dimensions (also in a full run)",
     )
-    parser.add_argument("--output", default="latest.json", help="file name under results/")
     parser.add_argument(
-        "--sizes", type=_counts, help="tenant sizes in events, comma-separated (e.g. 1000000)"
+        "--output",
+        default="latest.json",
+        help="where the results go: a file name goes under benchmarks/results/, a path with a "
+        "folder (/tmp/x/name.json, ./name.json) goes there; the plot goes beside it as "
+        "<name>.png (latest.json's is results/dashboard_latency.png)",
     )
-    parser.add_argument("--seconds", type=float, help="duration of each ingest run")
+    parser.add_argument(
+        "--sizes",
+        type=_sizes,
+        help="tenant sizes in events, comma-separated, each once (e.g. 1000000,10000000); with "
+        "--only export, the one size of the exported tenant (otherwise export uses 1M)",
+    )
+    parser.add_argument(
+        "--seconds",
+        type=positive,
+        help="duration of each ingest run, whole seconds (wrk's unit; quick 5, full 20)",
+    )
     parser.add_argument(
         "--sweep",
         type=_sweep,
@@ -176,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--workers",
-        type=_positive,
+        type=positive,
         default=1,
         help="tally serve worker processes (server URL only)",
     )
@@ -184,12 +212,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.workers > 1 and storage_kind(args.clickhouse_url) == "embedded":
         parser.error("--workers above 1 needs --clickhouse-url: the embedded engine is one process")
     mode = dict(MODES[args.mode or "full"])
-    if args.sizes:
-        mode["sizes"] = args.sizes
-    if args.seconds:
+    if args.sizes is not None:
+        if args.only == "export":
+            if len(args.sizes) > 1:
+                parser.error("--only export exports one tenant: give --sizes one size")
+            mode["export_events"] = args.sizes[0]
+        else:
+            mode["sizes"] = args.sizes
+    if args.seconds is not None:
         mode["seconds"] = args.seconds
     if args.sweep is not None:
         mode["sweep"] = args.sweep
+    folder = output_paths(args.output)[0].parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        parser.error(f"--output: cannot make the folder {folder}: {exc.strerror}")
+    if not os.access(folder, os.W_OK):
+        parser.error(f"--output: cannot write in {folder}")
+    return args, mode
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, mode = options(argv)
+    stop_on_sigterm()
     started = time.monotonic()
     results: dict[str, Any] = {
         "mode": args.mode or "full",
@@ -225,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             results["dashboard"][label]["events"] = events
         if args.only != "dashboard":
             queries.collect(results, mode, args.clickhouse_url)
-    if args.only in (None, "export"):
+    if args.only in (None, "export"):  # --only export --sizes N: export_events is N
         results["export"] = export.run(
             mode["export_events"],
             mode["export_repeat"],
@@ -236,18 +282,26 @@ def main(argv: list[str] | None = None) -> int:
     results["elapsed_s"] = round(time.monotonic() - started, 1)
     path = write_results(results, args.output)
     # Named after the results (latest.json: dashboard_latency.png, as before), so that a run
-    # with --output does not overwrite another run's plot.
-    stem = Path(args.output).stem
-    picture = RESULTS / ("dashboard_latency.png" if stem == "latest" else f"{stem}.png")
+    # with --output does not overwrite another run's plot; beside the results.
+    picture = output_paths(args.output)[1]
     if plot(results, picture):
         print(f"plot: {picture}")
     print(table(results))
     print(f"results: {path}")
+    failed = 0
     mismatches = queries.all_exact(results)
     if mismatches:
         print(f"served answers differ from raw SQL: {', '.join(mismatches)}", file=sys.stderr)
-        return 1
-    return 0
+        failed = 1
+    ingested = results.get("ingest", {})
+    if ingested.get("lost_events") or ingested.get("duplicate_events"):
+        print(
+            f"ingest: {ingested['lost_events']} acknowledged events lost, "
+            f"{ingested.get('duplicate_events', 0)} stored twice",
+            file=sys.stderr,
+        )
+        failed = 1
+    return failed
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from litestar.status_codes import HTTP_202_ACCEPTED
 
 from tally.http.schemas import Accepted, CollectBody
 
-from .common import free_port, stop, wait_up
+from .common import free_port, stop, stop_timeout, wait_up
 
 _decode = msgspec.json.Decoder(CollectBody).decode
 
@@ -75,6 +75,7 @@ def serve_bare(log_dir: Path, workers: int = 1) -> Iterator[str]:
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
     }
+    url = f"http://127.0.0.1:{port}"
     log = open(log_dir / f"bare-{port}.log", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
         [
@@ -92,12 +93,13 @@ def serve_bare(log_dir: Path, workers: int = 1) -> Iterator[str]:
         stderr=subprocess.STDOUT,
         text=True,
     )
-    url = f"http://127.0.0.1:{port}"
     try:
         wait_up(proc, f"{url}/health", Path(log.name), "the bare app", timeout=60, step=0.1)
         yield url
-    finally:
-        stop(proc, log, timeout=30)
+    except BaseException as exc:
+        stop(proc, log, timeout=min(30, stop_timeout(exc)))
+        raise
+    stop(proc, log, timeout=30)
 
 
 def main() -> None:

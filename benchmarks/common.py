@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import math
 import os
@@ -35,9 +37,27 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
+def positive(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (``2.5``, ``nan``, ``-4`` and ``0`` are
+    refused with a plain message)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
 def lost_events(acknowledged: int, stored: int) -> int:
-    """Acknowledged events missing from storage. Extra stored rows are reported separately."""
+    """Acknowledged events missing from storage (must be 0). With ``acknowledged`` the count the
+    server itself acknowledged, the check is exact; with wrk's count it is net (see ingest.py)."""
     return max(0, acknowledged - stored)
+
+
+def duplicate_events(acknowledged: int, stored: int) -> int:
+    """Events stored beyond those the server acknowledged: stored twice (must be 0)."""
+    return max(0, stored - acknowledged)
 
 
 def free_port() -> int:
@@ -61,17 +81,22 @@ def machine() -> dict[str, Any]:
     }
 
 
-def git_commit() -> str:
-    """The commit measured, ``-dirty`` after it when the tree holds changes not in it."""
+def git_commit(where: Path | None = None) -> str:
+    """The commit measured, ``-dirty`` after it when the tree holds changes not in it: changed
+    files, and new files git does not ignore (a new module measured is a change too)."""
 
     def git(*args: str) -> str:
         return subprocess.run(
-            ["git", *args], capture_output=True, text=True, cwd=Path(__file__).parent, check=True
+            ["git", *args],
+            capture_output=True,
+            text=True,
+            cwd=where or Path(__file__).parent,
+            check=True,
         ).stdout.strip()
 
     try:
         commit = git("rev-parse", "--short", "HEAD")
-        changed = git("status", "--porcelain", "--untracked-files=no")
+        changed = git("status", "--porcelain", "--untracked-files=normal")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return f"{commit}-dirty" if changed else commit
@@ -116,6 +141,16 @@ def drop_bench_database(url: str) -> None:
         client.command(f"DROP DATABASE IF EXISTS {target.database} SYNC")
     finally:
         client.close()
+
+
+def loader_insert(storage: Any) -> Any:
+    """The loader's own INSERT, its settings included: ``writer.segment_inserter`` as ``tally
+    serve`` builds it (``loader=True``: with the embedded engine, EMBEDDED_INSERT_SETTINGS, one
+    thread and the views one after another). ``(columns, JSONCompactEachRow body, token)``.
+    What the profile and the cost section time, so that they time what the service runs."""
+    from tally.storage.writer import segment_inserter
+
+    return segment_inserter(storage)
 
 
 class Server:
@@ -184,6 +219,7 @@ def serve(
     if clickhouse_url:
         env["TALLY_CLICKHOUSE_URL"] = clickhouse_url
     env.update({f"TALLY_{k.upper()}": str(v) for k, v in settings.items()})
+    url = f"http://127.0.0.1:{port}"
     log = open(data_dir / f"serve-{port}.log", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
         [sys.executable, "-m", "tally", "serve", "--port", str(port), "--workers", str(workers)],
@@ -192,12 +228,11 @@ def serve(
         stderr=subprocess.STDOUT,
         text=True,
     )
-    url = f"http://127.0.0.1:{port}"
     try:
         wait_up(proc, f"{url}/api/health", Path(log.name), "tally serve", timeout=120, step=0.2)
         yield Server(url, port, proc)
     except BaseException as exc:
-        stop(proc, log)
+        stop(proc, log, stop_timeout(exc))
         # The data folder (often a temporary one) goes with the run: what the server said goes
         # with the error.
         exc.add_note(f"the end of tally serve's log:\n{Path(log.name).read_text()[-2000:]}")
@@ -205,19 +240,92 @@ def serve(
     stop(proc, log)
 
 
-def stop(proc: subprocess.Popen[str], log: IO[str], timeout: float = 60) -> None:
-    """SIGTERM ``proc`` (a served process), kill it after ``timeout`` seconds, close its log."""
-    proc.send_signal(signal.SIGTERM)
+def tree(pid: int) -> list[int]:
+    """``pid`` and every process below it (the granian workers of a ``tally serve``)."""
+    out, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        out.append(current)
+        try:
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children") as fh:
+                    todo.extend(int(child) for child in fh.read().split())
+        except OSError:
+            continue
+    return out
+
+
+def stop_timeout(exc: BaseException) -> float:
+    """How long a server stopped because of ``exc`` gets to stop by itself before it is killed:
+    60 s after an error of the run, 5 s when the suite itself is stopping (Ctrl-C, SIGTERM),
+    since a granian worker still starting up waits out its whole kill timeout (30 s)."""
+    return 5 if isinstance(exc, KeyboardInterrupt | SystemExit) else 60
+
+
+def _started(pid: int) -> str | None:
+    """When ``pid`` started (clock ticks after boot), to know it is still the same process."""
     try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def stop(proc: subprocess.Popen[str], log: IO[str], timeout: float = 60) -> None:
+    """SIGTERM ``proc`` (a served process) and wait for it; if it is still there after
+    ``timeout`` seconds, or the wait is interrupted (the suite itself stopped by Ctrl-C or
+    SIGTERM), kill it. Either way, every process that was below it (its granian workers) and
+    is still there is killed: a server stopped before it handles signals (still starting up)
+    leaves its worker behind. Closes its log."""
+    below = {pid: _started(pid) for pid in tree(proc.pid)[1:]}
+    try:
+        proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except BaseException as exc:
+        below.update({pid: _started(pid) for pid in tree(proc.pid)[1:]})
         proc.kill()
-    log.close()
+        proc.wait()
+        if not isinstance(exc, subprocess.TimeoutExpired):
+            raise
+    finally:
+        for pid, started in below.items():
+            if started is not None and _started(pid) == started:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+        log.close()
+
+
+def stop_on_sigterm() -> None:
+    """Make SIGTERM (what ``timeout`` and a cancelled CI job send) stop the suite the way Ctrl-C
+    does: an exception in the main thread, so that every ``finally`` and context manager runs,
+    stopping the servers, wrk and workers it started and removing its temporary folders. A
+    second SIGTERM during that cleanup is not allowed to cut it short (SIGKILL still can)."""
+    stopping = []
+
+    def handler(signum: int, _frame: object) -> None:
+        if stopping:
+            return
+        stopping.append(signum)
+        print("benchmarks: stopped by SIGTERM; stopping what it started", file=sys.stderr)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def output_paths(output: str) -> tuple[Path, Path]:
+    """Where ``--output`` puts the results and the plot: a bare file name under results/ (the
+    default ``latest.json``, whose plot is ``dashboard_latency.png``), a path with a folder
+    (``/tmp/x/name.json``, ``./name.json``) there; the plot beside the JSON, named after it."""
+    path = Path(output) if "/" in output else RESULTS / output
+    stem = path.stem
+    if path.parent == RESULTS and stem == "latest":
+        return path, RESULTS / "dashboard_latency.png"
+    return path, path.with_name(f"{stem}.png")
 
 
 def write_results(results: dict[str, Any], name: str = "latest.json") -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / name
+    path, _ = output_paths(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     return path
 

@@ -45,6 +45,8 @@ from tally.storage.client import Storage, parse_url
 from tally.storage.migrate import migrate
 from tally.storage.writer import INSERT_SETTINGS
 
+from .common import positive
+
 EVENTS_PER_SESSION = 6
 DAYS = 100
 PATHS = 5000
@@ -398,13 +400,15 @@ def settle_merges(storage: Storage, quiet_seconds: float = 3.0, timeout: float =
         time.sleep(0.5)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.generate", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--url", required=True, help="ClickHouse URL (chdb:///path or http://...)")
     parser.add_argument("--project", required=True)
-    parser.add_argument("--events", type=int, required=True)
+    parser.add_argument("--events", type=positive, required=True, help="at least 1")
     parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     storage = Storage(parse_url(args.url), pool_size=1)
     try:
         migrate(storage)  # a fresh engine has no tables yet

@@ -9,8 +9,15 @@ Litestar + msgspec handler under the same granian settings (benchmarks/bare_app.
 same body into the same Struct and answering 202, gives the framework's own ceiling
 (``framework_*``, ``ceiling_over_framework``): what Tally's request path costs. After each
 real run the events stored are counted (once the dashboard's ``dataThrough`` says everything
-acknowledged is loaded) and compared with the events acknowledged; the worker's health counters
-give the INSERTs per second ClickHouse saw under that load and the rows per INSERT.
+acknowledged is loaded) and compared with the events the server says it acknowledged (its
+``/api/health`` counter ``acknowledgedEvents``: appended to its ingest log, fsynced, answered
+202), both ways: none lost, none stored twice. wrk's own count of 202s is reported beside it but
+is not the check: requests cut off by wrk's deadline may be stored without wrk counting them.
+The worker's health counters also give the INSERTs per second ClickHouse saw under that load and
+the rows per INSERT. The counters are a worker's own: with several workers each reading may come
+from another one, so the exact check and those figures need one worker (the embedded engine's
+only setting); with several the loss check falls back to wrk's count (net: it cannot see up to
+connections x events per request lost).
 
 ``backlog``: a server whose INSERTs fail (the fault hook) acknowledges ``backlog_events`` events to
 its ingest log; it is stopped, started again on the same data without the fault, and the time
@@ -32,7 +39,15 @@ from typing import Any
 import httpx
 
 from .bare_app import serve_bare
-from .common import bench_url, drop_bench_database, lost_events, serve
+from .common import (
+    bench_url,
+    drop_bench_database,
+    duplicate_events,
+    lost_events,
+    percentile,
+    serve,
+    tree,
+)
 
 LUA = Path(__file__).resolve().parent / "lua" / "collect.lua"
 SHAPES = {"batch": 100, "single": 1}
@@ -100,25 +115,34 @@ def stored_events(
 
 
 def loader_counters(server_url: str) -> dict[str, Any]:
-    """The loader's counters of the worker that answers (all of them with one worker)."""
+    """The ingest log's and loader's counters of the worker that answers (all of them with one
+    worker): ``acknowledgedEvents``, ``inserts``, ``loadedEvents``, ..."""
     response = httpx.get(f"{server_url}/api/health", timeout=60)
     response.raise_for_status()
     return dict(response.json()["backlog"])
 
 
-def _tree(pid: int) -> list[int]:
-    """``pid`` and every process below it (the granian workers of a ``tally serve``)."""
-    out, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        out.append(current)
-        try:
-            for task in os.listdir(f"/proc/{current}/task"):
-                with open(f"/proc/{current}/task/{task}/children") as fh:
-                    todo.extend(int(child) for child in fh.read().split())
-        except OSError:
-            continue
-    return out
+def acknowledged_and_stored(
+    server_url: str, project_id: str, headers: dict[str, str], timeout: float = 1800
+) -> tuple[int, int, dict[str, Any]]:
+    """(events the worker acknowledged, events of the project stored, the counters) at one
+    moment: the stored count is read once everything acknowledged before it is loaded, between
+    two readings of the counter that agree, so that no acknowledgement falls between the two
+    figures (a request cut off by wrk's deadline may still be completing). One worker only: the
+    counter is a worker's own."""
+    deadline = time.monotonic() + timeout
+    while True:
+        first = loader_counters(server_url)
+        stored = stored_events(server_url, project_id, headers, timeout=timeout)
+        again = loader_counters(server_url)
+        if again["acknowledgedEvents"] == first["acknowledgedEvents"]:
+            return int(again["acknowledgedEvents"]), stored, again
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the server kept acknowledging events for {timeout:.0f} s")
+        time.sleep(0.2)
+
+
+_tree = tree  # the process tree of a server (tests)
 
 
 def tree_cpu_s(pid: int) -> float:
@@ -128,7 +152,7 @@ def tree_cpu_s(pid: int) -> float:
     no-op ceiling's nothing."""
     ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     total = 0
-    for current in _tree(pid):
+    for current in tree(pid):
         try:
             with open(f"/proc/{current}/stat") as fh:
                 fields = fh.read().rsplit(")", 1)[1].split()
@@ -157,12 +181,18 @@ def measure(
     with serve(data, url, workers, **settings) as server:
         project_id, key = server.new_project()
         drive(server.url, key, per_request, connections, 1)  # warm-up, not counted
-        before = 0 if noop else stored_events(server.url, project_id, server.headers())
-        counters = None if noop else loader_counters(server.url)
+        exact = not noop and workers == 1  # the server's own count: one worker's (above)
+        before, counters = 0, None
+        if exact:
+            acked_before, before, counters = acknowledged_and_stored(
+                server.url, project_id, server.headers()
+            )
+        elif not noop:
+            before = stored_events(server.url, project_id, server.headers())
         cpu_before = tree_cpu_s(server.proc.pid)
         result = drive(server.url, key, per_request, connections, seconds)
         cpu = tree_cpu_s(server.proc.pid) - cpu_before
-        during = None if noop else loader_counters(server.url)
+        during = loader_counters(server.url) if exact else None
         acknowledged = result["accepted_requests"] * per_request
         out = {
             "events_per_s": round(acknowledged / result["duration_s"], 1),
@@ -173,16 +203,17 @@ def measure(
             "errors": result["errors"],
             "worker_cpu_s_per_s": round(cpu / result["duration_s"], 3),
         }
-        if not noop and counters is not None and during is not None:
-            # Requests cut off by wrk's deadline may still be completing: half a second's margin.
-            through = datetime.now(UTC) + timedelta(seconds=0.5)
-            time.sleep(0.5)
-            stored = stored_events(server.url, project_id, server.headers(), through) - before
-            after = loader_counters(server.url)
+        if exact and counters is not None and during is not None:
+            # Against what the server acknowledged, both ways.
+            acked_after, stored_after, after = acknowledged_and_stored(
+                server.url, project_id, server.headers()
+            )
+            server_acked, stored = acked_after - acked_before, stored_after - before
             out["acknowledged_events"] = acknowledged
+            out["server_acknowledged_events"] = server_acked
             out["stored_events"] = stored
-            out["lost_events"] = lost_events(acknowledged, stored)
-        if not noop and counters is not None and during is not None and workers == 1:
+            out["lost_events"] = lost_events(server_acked, stored)
+            out["duplicate_events"] = duplicate_events(server_acked, stored)
             # What ClickHouse saw: INSERTs per second during the load, rows per INSERT overall.
             # The counters are a worker's own, and each health check may reach another worker:
             # with several, differences of two readings would mix workers, so none is given.
@@ -192,7 +223,31 @@ def measure(
             inserts = after["inserts"] - counters["inserts"]
             rows = after["loadedEvents"] - counters["loadedEvents"]
             out["rows_per_insert"] = round(rows / inserts, 1) if inserts else 0
+        elif not noop:
+            # Several workers: wrk's count, a net check. Requests cut off by wrk's deadline may
+            # be stored without wrk counting them: half a second's margin for them to complete.
+            through = datetime.now(UTC) + timedelta(seconds=0.5)
+            time.sleep(0.5)
+            stored = stored_events(server.url, project_id, server.headers(), through) - before
+            out["acknowledged_events"] = acknowledged
+            out["stored_events"] = stored
+            out["lost_events"] = lost_events(acknowledged, stored)
     return out
+
+
+def settled_acknowledged(server_url: str, quiet: float = 1.0, timeout: float = 600) -> int:
+    """The worker's ``acknowledgedEvents`` once it has not moved for ``quiet`` seconds (the
+    requests wrk cut off have completed). One worker only."""
+    deadline = time.monotonic() + timeout
+    last = loader_counters(server_url)["acknowledgedEvents"]
+    while True:
+        time.sleep(quiet)
+        now = loader_counters(server_url)["acknowledgedEvents"]
+        if now == last:
+            return int(now)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the server kept acknowledging events for {timeout:.0f} s")
+        last = now
 
 
 def measure_backlog(
@@ -206,24 +261,33 @@ def measure_backlog(
     fault = data / "fault"
     fault.write_text("fail")
     acknowledged = 0
+    server_acked = None
     with serve(data, url, workers, fault_file=str(fault), load_retry_max_ms="1000") as server:
         project_id, key = server.new_project()
         while acknowledged < events:
             result = drive(server.url, key, SHAPES["batch"], 64, 2)
             acknowledged += result["accepted_requests"] * SHAPES["batch"]
+        if workers == 1:  # the worker's own count (see measure)
+            server_acked = settled_acknowledged(server.url)
         headers = server.headers()
     fault.unlink()
     with serve(data, url, workers) as server:
         started = time.monotonic()
         stored = stored_events(server.url, project_id, headers, datetime.now(UTC))
         took = time.monotonic() - started
-    return {
+    out = {
         "acknowledged_events": acknowledged,
         "stored_events": stored,
-        "lost_events": lost_events(acknowledged, stored),
         "load_s": round(took, 2),
         "events_per_s": round(stored / took, 1) if took else 0,
     }
+    if server_acked is None:
+        out["lost_events"] = lost_events(acknowledged, stored)  # net (several workers)
+    else:
+        out["server_acknowledged_events"] = server_acked
+        out["lost_events"] = lost_events(server_acked, stored)
+        out["duplicate_events"] = duplicate_events(server_acked, stored)
+    return out
 
 
 def measure_framework(
@@ -260,11 +324,15 @@ def measure_fsync(directory: Path, samples: int = 200) -> dict[str, Any]:
     finally:
         os.close(fd)
         path.unlink()
-    took.sort()
+    return fsync_figures(took)
+
+
+def fsync_figures(took_ms: list[float]) -> dict[str, Any]:
+    """p50 and p99 of fsync samples (ms), as every other percentile of the suite."""
     return {
-        "fsync_p50_ms": round(took[len(took) // 2], 3),
-        "fsync_p99_ms": round(took[min(len(took) - 1, len(took) * 99 // 100)], 3),
-        "samples": samples,
+        "fsync_p50_ms": round(percentile(took_ms, 50), 3),
+        "fsync_p99_ms": round(percentile(took_ms, 99), 3),
+        "samples": len(took_ms),
     }
 
 
@@ -316,7 +384,7 @@ def run(
     if not wrk_available():
         raise RuntimeError("wrk is not installed (Debian: apt-get install wrk)")
     results: dict[str, Any] = {}
-    lost = 0
+    lost = duplicates = 0
     with tempfile.TemporaryDirectory(prefix="tally-ingest-") as tmp:
         where: dict[str, Any] = {
             "workdir": Path(tmp),
@@ -328,23 +396,32 @@ def run(
         for shape in SHAPES:
             real = measure_against_ceiling(shape, seconds, connections[shape], **where)
             real["disk_bound_requests_per_s"] = disk_bound(connections[shape], fsync_ms)
-            lost += real["lost_events"]
-            # Every connection count, the main one included, under by_connections: one table.
-            by_connections = {str(connections[shape]): dict(real)}
+            points = {connections[shape]: real}
             for n in sweep or []:
-                if str(n) in by_connections:
+                if n in points:
                     continue
                 point = measure_against_ceiling(shape, seconds, n, **where)
                 point["disk_bound_requests_per_s"] = disk_bound(n, fsync_ms)
+                points[n] = point
+            for point in points.values():
                 lost += point["lost_events"]
-                by_connections[str(n)] = point
-            if sweep:
-                real["by_connections"] = dict(
-                    sorted(by_connections.items(), key=lambda i: int(i[0]))
-                )
-            results[shape] = real
+                duplicates += point.get("duplicate_events", 0)
+            results[shape] = with_by_connections(real, points)
         if backlog_events:
             results["backlog"] = measure_backlog(backlog_events, **where)
             lost += results["backlog"]["lost_events"]
+            duplicates += results["backlog"].get("duplicate_events", 0)
     results["lost_events"] = lost
+    results["duplicate_events"] = duplicates
     return results
+
+
+def with_by_connections(main: dict[str, Any], points: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """``main`` (the figures at the main connection count) with ``by_connections``: every count
+    measured, the main one included, whether or not there was a sweep: one table."""
+    out = dict(main)
+    out["by_connections"] = {
+        str(n): {k: v for k, v in point.items() if k != "by_connections"}
+        for n, point in sorted(points.items())
+    }
+    return out

@@ -4,14 +4,16 @@ costs and where it goes, and what each dashboard query costs alone.
     python -m benchmarks.profile insert [--rows 16,250] [--repeat 30]
     python -m benchmarks.profile queries [--events 10000000] [--repeat 15] [--threads 1]
 
-``insert`` opens a fresh embedded engine, times Tally's own INSERT (the writer's settings, through
-the events table and its materialized views) at each batch size, then with deduplication off and
-with the views run one after another, then without the rollups' projections, then drops the
-views one at a time and times it again after each. ``queries`` loads two tenants of ``--events``
-each with the generator, waits for the merges, and times each of the service's dashboard queries
-alone for 7, 30 and 90 days (``--threads`` sets ``max_threads``; 1 shows the CPU a query costs),
-then the whole dashboard as served, with the CPU it used, each after 4 untimed runs. Both print
-medians in milliseconds.
+``insert`` opens a fresh embedded engine, times the loader's own INSERT (``segment_inserter`` with
+the loader's settings: on the embedded engine ``EMBEDDED_INSERT_SETTINGS``, one thread and the
+views one after another; through the events table and its materialized views) at each batch
+size, then with deduplication off and with the views run side by side
+(``parallel_view_processing``, as on a ClickHouse server), then without the rollups'
+projections, then drops the views one at a time and times it again after each. ``queries``
+loads two tenants of ``--events`` each with the generator, waits for the merges, and times each
+of the service's dashboard queries alone for 7, 30 and 90 days (``--threads`` sets
+``max_threads``; 1 shows the CPU a query costs), then the whole dashboard as served, with the CPU
+it used, each after 4 untimed runs. Both print medians in milliseconds.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from typing import Any
 from tally.storage.client import Storage, parse_url
 from tally.storage.migrate import migrate
 
+from .common import loader_insert
+
 # Runs of each query discarded before timing: a fresh engine's first queries are markedly slower
 # (the sessions query at 10M events: ~150 ms over its first runs, ~105 ms after), and the
 # dashboard is timed warm.
@@ -44,6 +48,21 @@ def _median_ms(fn: Callable[[], Any], repeat: int) -> float:
     return round(statistics.median(samples), 1)
 
 
+def rows_insert(storage: Storage) -> Callable[[list[tuple[Any, ...]], str], None]:
+    """Rows in the order of ``EVENT_COLUMNS`` stored by the loader's own INSERT, settings
+    included (common.loader_insert): what the profile times."""
+    import msgspec
+
+    from tally.storage.writer import EVENT_COLUMNS
+
+    load, encode = loader_insert(storage), msgspec.json.Encoder().encode_lines
+
+    def insert(rows: list[tuple[Any, ...]], token: str) -> None:
+        load(EVENT_COLUMNS, encode(rows), token)
+
+    return insert
+
+
 def profile_insert(rows: list[int], repeat: int) -> list[tuple[str, int, float]]:
     """(case, rows per INSERT, median ms) for every case described in the module docstring."""
     from tally.storage import writer
@@ -53,7 +72,7 @@ def profile_insert(rows: list[int], repeat: int) -> list[tuple[str, int, float]]
         storage = Storage(parse_url(f"chdb://{tmp}/clickhouse"), pool_size=1)
         try:
             migrate(storage)
-            insert = writer.events_inserter(storage)
+            insert = rows_insert(storage)
             now = time.time()
             row = ("p" * 24, "pageview", now, now, "/", "", "", "", "v", "Chrome", "Linux")
             row += ("desktop", None, "{}", "127.0.0.1", "ua", "k")
@@ -67,14 +86,18 @@ def profile_insert(rows: list[int], repeat: int) -> list[tuple[str, int, float]]
                 return run
 
             def case(name: str, **settings: Any) -> None:
-                saved = dict(writer.INSERT_SETTINGS)
-                writer.INSERT_SETTINGS.update(settings)
+                # Over the loader's settings: the embedded engine's override INSERT_SETTINGS.
+                tables = (writer.INSERT_SETTINGS, writer.EMBEDDED_INSERT_SETTINGS)
+                saved = [dict(table) for table in tables]
+                for table in tables:
+                    table.update(settings)
                 try:
                     for n in rows:
                         out.append((name, n, _median_ms(batch(n), repeat)))
                 finally:
-                    writer.INSERT_SETTINGS.clear()
-                    writer.INSERT_SETTINGS.update(saved)
+                    for table, before in zip(tables, saved, strict=True):
+                        table.clear()
+                        table.update(before)
 
             views = [
                 name
@@ -92,7 +115,7 @@ def profile_insert(rows: list[int], repeat: int) -> list[tuple[str, int, float]]
                 insert_deduplicate=0,
                 deduplicate_blocks_in_dependent_materialized_views=0,
             )
-            case(f"{len(views)} views, one after another", parallel_view_processing=0)
+            case(f"{len(views)} views, side by side", parallel_view_processing=1)
             projections = storage.query(
                 "SELECT table, name FROM system.projections WHERE database = {db:String}",
                 {"db": storage.database},

@@ -5,27 +5,45 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import pytest
+from benchmarks.__main__ import MODES, options
 from benchmarks.common import (
+    RESULTS,
     bench_url,
     drop_bench_database,
+    duplicate_events,
     flatten,
+    git_commit,
+    loader_insert,
     lost_events,
+    output_paths,
     percentile,
     serve,
+    tree,
 )
 from benchmarks.dashboard import add_growth, size_label
+from benchmarks.export import median_seconds
 from benchmarks.generate import generate, settle_merges
-from benchmarks.ingest import parse_wrk, tree_cpu_s
+from benchmarks.ingest import (
+    acknowledged_and_stored,
+    fsync_figures,
+    parse_wrk,
+    tree_cpu_s,
+    with_by_connections,
+)
+from benchmarks.profile import rows_insert
 from benchmarks.queries import BY, FILTERS, TARGETS, all_exact, targets
 
 from tally.query import Query
@@ -96,6 +114,32 @@ def test_lost_events_counts_only_missing_acknowledged_events():
     assert lost_events(acknowledged=100, stored=97) == 3
     # Requests cut off by the load generator's deadline may be stored without an answer.
     assert lost_events(acknowledged=100, stored=104) == 0
+    # Against what the server acknowledged, the other way is checked too: stored twice.
+    assert duplicate_events(acknowledged=100, stored=104) == 4
+    assert duplicate_events(acknowledged=100, stored=97) == 0
+
+
+def test_the_loss_check_counts_what_the_server_acknowledged(tmp_path):
+    """/api/health's acknowledgedEvents (the worker's own count of events appended to its log
+    and answered 202) and the stored count, read at one moment: the loss check compares them,
+    both ways, instead of wrk's count of the 202s it saw before its deadline."""
+    with serve(tmp_path) as server:
+        project_id, key = server.new_project()
+        headers = server.headers()
+        acked, stored, _ = acknowledged_and_stored(server.url, project_id, headers)
+        assert (acked, stored) == (0, 0)
+        for n in (1, 5, 100):
+            response = httpx.post(
+                f"{server.url}/api/collect",
+                json={"events": [{"name": "pageview", "path": f"/{i}"} for i in range(n)]},
+                headers={"x-api-key": key},
+                timeout=30,
+            )
+            assert response.status_code == 202
+        acked, stored, counters = acknowledged_and_stored(server.url, project_id, headers)
+        assert (acked, stored) == (106, 106)
+        assert counters["loadedEvents"] == 106
+        assert lost_events(acked, stored) == duplicate_events(acked, stored) == 0
 
 
 def test_parse_wrk_reads_the_script_summary():
@@ -169,11 +213,11 @@ def test_generator_stores_what_collect_would_compute(client):
         {"p": project},
     )
     reader = CountryReader()
-    for url, referrer, ip, ua, browser, os, device, *dims, _name, _, _ in rows:
+    for url, referrer, ip, ua, browser, system, device, *dims, _name, _, _ in rows:
         assert tuple(dims[:7]) == tuple(acquire(url, referrer)), (url, referrer)
         described, bot = client_of(ua)
         assert dims[7] == reader.country(ip) and dims[8] == bot
-        assert (browser, os, device) == tuple(described)
+        assert (browser, system, device) == tuple(described)
     reader.close()
     first = {}  # the tracker sends the referrer with a session's first pageview only
     for row in rows:
@@ -220,7 +264,7 @@ def test_profiles_run_and_cover_every_case():
     views = len({name for text in schema for name in created.findall(text)})
     assert views >= 10  # through schema 008's sessions_quarter_mv
     every = f"{views} views"
-    assert inserts[:3] == [every, f"{every}, no deduplication", f"{every}, one after another"]
+    assert inserts[:3] == [every, f"{every}, no deduplication", f"{every}, side by side"]
     assert inserts[3] == f"{every}, no projections"
     assert inserts[4:] == [f"{n} views" for n in range(views - 1, -1, -1)]
     timed = profile("queries", "--events", "6000", "--threads", "1")
@@ -451,6 +495,8 @@ BAD_ARGUMENTS = {
     "sweep not numbers": (["--sweep", "abc"], "argument --sweep: 'abc' is not a comma-separated"),
     "sizes not numbers": (["--sizes", "1,x"], "argument --sizes: '1,x' is not a comma-separated"),
     "no workers": (["--workers", "0"], "argument --workers: 0 must be at least 1"),
+    # A traceback once the servers had started (wrk takes whole seconds).
+    "fractional seconds": (["--seconds", "2.5"], "argument --seconds: '2.5' is not a whole"),
     "server not there": (
         ["--only", "export", "--clickhouse-url", "http://u:p@127.0.0.1:1/x"],
         "benchmarks: cannot reach ClickHouse server http://127.0.0.1:1",
@@ -489,3 +535,226 @@ def test_the_generator_loads_a_tenant_into_a_fresh_engine(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "generated 2000 events" in done.stdout
+
+
+def test_options_keep_the_default_only_when_an_option_is_absent():
+    _, quick = options(["--quick"])
+    assert quick["seconds"] == MODES["quick"]["seconds"] == 5
+    assert options(["--quick", "--seconds", "7"])[1]["seconds"] == 7
+    assert options(["--seconds", "1"])[1]["seconds"] == 1
+    # --sizes sets the exported tenant's size with --only export (it was ignored), and the
+    # dashboard's sizes otherwise.
+    _, export = options(["--only", "export", "--sizes", "20000"])
+    assert export["export_events"] == 20_000 and export["sizes"] == MODES["full"]["sizes"]
+    _, dash = options(["--only", "dashboard", "--sizes", "2000,20000"])
+    assert dash["sizes"] == [2_000, 20_000]
+    assert dash["export_events"] == MODES["full"]["export_events"]
+
+
+REFUSED = {
+    # wrk takes whole seconds; a negative one never stopped, 0 silently ran the default.
+    "negative seconds": (["--seconds", "-4"], "argument --seconds: -4 must be at least 1"),
+    "no seconds": (["--seconds", "0"], "argument --seconds: 0 must be at least 1"),
+    "fractional seconds": (["--seconds", "2.5"], "argument --seconds: '2.5' is not a whole"),
+    "nan seconds": (["--seconds", "nan"], "argument --seconds: 'nan' is not a whole number"),
+    "inf seconds": (["--seconds", "inf"], "argument --seconds: 'inf' is not a whole number"),
+    # One tenant and one result per size: a repeated one crashed after the whole measurement.
+    "a size twice": (
+        ["--sizes", "2000,20000,2000"],
+        "argument --sizes: '2000,20000,2000': each size once (2000 given twice)",
+    ),
+    "export of two sizes": (
+        ["--only", "export", "--sizes", "2000,20000"],
+        "--only export exports one tenant: give --sizes one size",
+    ),
+}
+
+
+def test_bad_arguments_are_refused_in_words_before_anything_runs(capsys):
+    """Refused as the arguments are read, before any server or worker starts (in process:
+    the subprocess test above shows the same parser's refusals carry no traceback)."""
+    for args, said in REFUSED.values():
+        with pytest.raises(SystemExit) as exit_:
+            options(args)
+        assert exit_.value.code == 2
+        assert said in capsys.readouterr().err
+
+
+def test_the_generator_refuses_a_count_that_is_not_positive():
+    for events in ("-5", "0"):
+        command = [sys.executable, "-m", "benchmarks.generate", "--url", "chdb:///nowhere"]
+        done = subprocess.run(
+            [*command, "--project", "p" * 24, "--events", events],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
+        assert done.returncode == 2, done.stdout
+        assert f"argument --events: {events} must be at least 1" in done.stderr
+        assert "generated" not in done.stdout
+
+
+def test_targets_say_so_when_no_size_is_judged():
+    """--only queries with every size above MAX_EVENTS: no size has the queries' figures."""
+    out = targets({}, [])
+    assert out["size"] is None and out["growth_from"] is None
+    assert "no target judged" in out["note"]
+    assert all_exact({"queries": {"targets": out}}) == []
+
+
+def test_every_connection_count_is_under_by_connections_sweep_or_not():
+    main = {"events_per_s": 10.0, "lost_events": 0}
+    alone = with_by_connections(main, {64: main})
+    assert alone["by_connections"] == {"64": main}  # --quick, --sweep none
+    swept = with_by_connections(main, {256: main, 16: {"events_per_s": 2.0}, 64: {"x": 1}})
+    assert list(swept["by_connections"]) == ["16", "64", "256"]
+    assert "by_connections" not in swept["by_connections"]["256"]
+    assert swept["events_per_s"] == 10.0
+
+
+def test_fsync_and_export_figures_are_the_suites_percentiles():
+    took = [float(n) for n in range(1, 201)]  # 200 samples, as measured
+    figures = fsync_figures(list(reversed(took)))
+    assert figures["fsync_p50_ms"] == round(percentile(took, 50), 3) == 100.5
+    assert figures["fsync_p99_ms"] == round(percentile(took, 99), 3) == 198.01
+    assert figures["samples"] == 200
+    # The median of two exports is their mean, not the slower one.
+    assert median_seconds([{"seconds": 3.0}, {"seconds": 1.0}]) == 2.0
+    assert median_seconds([{"seconds": 3.0}, {"seconds": 1.0}, {"seconds": 9.0}]) == 3.0
+
+
+class _Recording:
+    """A storage that notes the settings of each INSERT it makes (and makes it)."""
+
+    def __init__(self, storage):
+        self._storage, self.settings = storage, []
+
+    def __getattr__(self, name):
+        return getattr(self._storage, name)
+
+    def raw_insert(self, table, columns, data, fmt, settings=None):
+        self.settings.append(dict(settings or {}))
+        return self._storage.raw_insert(table, columns, data, fmt=fmt, settings=settings)
+
+
+def test_the_profile_and_the_cost_time_the_loaders_insert_settings_included(client):
+    """`python -m benchmarks.profile insert` and cost.vs_004 time the INSERT the loader runs:
+    with the embedded engine, one thread and the views one after another."""
+    from tally.storage import writer
+
+    storage = _Recording(client.app.state.storage)
+    now = time.time()
+    row = ("p" * 24, "pageview", now, now, "/", "", "", "s", "v", "Chrome", "Linux")
+    row += ("desktop", None, "{}", "127.0.0.1", "ua", "k")
+    row += ("Direct / None", "Direct", "", "", "", "", "", "Unknown", 0)
+    rows_insert(storage)([row], uuid.uuid4().hex)  # the profile's
+    body = json.dumps(list(row[:2])).encode() + b"\n"
+    loader_insert(storage)(["project_id", "name"], body, uuid.uuid4().hex)  # the cost's
+    background = writer.EMBEDDED_INSERT_SETTINGS if storage.target.kind == "chdb" else {}
+    expected = {**writer.INSERT_SETTINGS, **background}
+    assert len(storage.settings) == 2
+    for settings in storage.settings:
+        assert settings.pop("insert_deduplication_token")
+        assert settings == expected
+        if storage.target.kind == "chdb":
+            assert settings["parallel_view_processing"] == 0 and settings["max_threads"] == 1
+
+
+def test_output_paths_put_the_plot_beside_the_results(tmp_path):
+    assert output_paths("latest.json") == (
+        RESULTS / "latest.json",
+        RESULTS / "dashboard_latency.png",
+    )
+    assert output_paths("run.json") == (RESULTS / "run.json", RESULTS / "run.png")
+    given = f"{tmp_path}/x/name.json"
+    assert output_paths(given) == (tmp_path / "x" / "name.json", tmp_path / "x" / "name.png")
+    assert output_paths("./here.json") == (Path("here.json"), Path("here.png"))
+    args, _ = options(["--output", given])  # the folder is made when the options are read
+    assert (tmp_path / "x").is_dir() and args.output == given
+
+
+def test_git_commit_is_dirty_with_a_new_file_not_ignored(tmp_path):
+    def git(*args: str) -> None:
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+        )
+
+    git("init", "-q")
+    (tmp_path / ".gitignore").write_text("results/\n")
+    (tmp_path / "service").mkdir()
+    (tmp_path / "service" / "a.py").write_text("a = 1\n")
+    git("add", ".")
+    git("commit", "-q", "-m", "one")
+    clean = git_commit(tmp_path)
+    assert clean != "unknown" and not clean.endswith("-dirty")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "latest.json").write_text("{}")  # ignored: still clean
+    assert git_commit(tmp_path) == clean
+    (tmp_path / "service" / "new.py").write_text("b = 2\n")  # new, not committed
+    assert git_commit(tmp_path) == f"{clean}-dirty"
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline") as fh:
+            return fh.read().replace("\0", " ")
+    except OSError:
+        return ""
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed")
+@pytest.mark.timeout(120)
+def test_sigterm_stops_the_servers_and_removes_the_temporary_data(tmp_path):
+    """What `timeout` and a cancelled CI job send: the suite stops as on Ctrl-C, with no
+    `tally serve` (nor its worker, nor wrk) left running and no temporary folder left."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    command = [sys.executable, "-m", "benchmarks", "--smoke", "--only", "ingest"]
+    command += ["--output", str(tmp_path / "never.json")]
+    suite = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env={**os.environ, "TMPDIR": str(temp)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen: dict[int, str] = {}
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # until tally serve and its worker are there
+            for pid in tree(suite.pid)[1:]:
+                seen.setdefault(pid, _cmdline(pid))
+            if sum("tally serve" in c for c in seen.values()) >= 2 and list(temp.iterdir()):
+                break
+            assert suite.poll() is None, suite.communicate()
+            time.sleep(0.05)
+        else:
+            pytest.fail("tally serve did not start within 60 s")
+        suite.send_signal(signal.SIGTERM)
+        _, err = suite.communicate(timeout=60)
+        assert suite.returncode == 128 + signal.SIGTERM, err[-2000:]
+        assert "stopped by SIGTERM" in err
+        left = [pid for pid in seen if _state(pid) not in ("", "Z")]
+        assert not left, [seen[pid] for pid in left]
+        assert list(temp.iterdir()) == []
+        assert not (tmp_path / "never.json").exists()
+    finally:
+        for pid, cmdline in seen.items():  # whatever a failed run left behind
+            if _state(pid) not in ("", "Z") and _cmdline(pid) == cmdline:
+                os.kill(pid, signal.SIGKILL)
+        if suite.poll() is None:
+            suite.kill()
+            suite.communicate()

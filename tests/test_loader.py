@@ -220,6 +220,7 @@ def test_freshness_is_reported_while_events_wait_and_after_they_load(make_client
         acked = datetime.now(UTC)
         waiting = backlog(client)
         assert (waiting["segments"], waiting["events"]) == (1, 7)
+        assert waiting["acknowledgedEvents"] == 7  # since the worker started: on the log, 202
         assert waiting["bytes"] > 0
         assert waiting["oldestAgeSeconds"] is not None and waiting["oldestAgeSeconds"] >= 0
         dash = client.get(f"/api/dashboard?projectId={project_id}", headers=auth("alice")).json()
@@ -232,6 +233,7 @@ def test_freshness_is_reported_while_events_wait_and_after_they_load(make_client
         assert (loaded["segments"], loaded["events"], loaded["bytes"]) == (0, 0, 0)
         assert loaded["oldestAgeSeconds"] is None
         assert loaded["loadedEvents"] >= 7 and loaded["inserts"] >= 1
+        assert loaded["acknowledgedEvents"] == 7
         dash = client.get(f"/api/dashboard?projectId={project_id}", headers=auth("alice")).json()
         assert datetime.fromisoformat(dash["dataThrough"]) >= acked.replace(microsecond=0)
         assert dash["summary"]["totalEvents"] == 7

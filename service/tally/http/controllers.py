@@ -355,6 +355,7 @@ def ingest_backlog(state: State) -> s.IngestBacklog:
         oldest_age_seconds=(
             None if backlog.oldest_ms is None else max(0.0, time.time() - backlog.oldest_ms / 1000)
         ),
+        acknowledged_events=state.ingest.acknowledged,
         inserts=loader.inserts,
         loaded_events=loader.loaded_events,
         failed_loads=loader.failures,

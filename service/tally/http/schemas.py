@@ -162,6 +162,9 @@ class IngestBacklog(Struct, rename="camel"):
     events: int
     bytes: int
     oldest_age_seconds: float | None  # age of the oldest unloaded event; null when none
+    # Since start: events this worker appended to its ingest log and acknowledged (fsynced, and
+    # answered 202 unless the client had gone away).
+    acknowledged_events: int
     inserts: int  # INSERTs made by the loader since start
     loaded_events: int
     failed_loads: int
