@@ -5,7 +5,6 @@ bytes received pass the cap (chunked)."""
 from __future__ import annotations
 
 import socket
-from pathlib import Path
 
 import httpx
 import msgspec
@@ -138,12 +137,18 @@ def raw_request(port: int, head: bytes, chunks: list[bytes]) -> bytes:
         return answer
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    data: Path = tmp_path_factory.mktemp("cap")
-    served = Server(data, TALLY_MAX_BODY_BYTES="100000")
+def serve_with_cap(tmp_path_factory, cap: str) -> Server:
+    """A ``tally serve`` with TALLY_MAX_BODY_BYTES=cap and a project (``key``, ``project``)."""
+    served = Server(tmp_path_factory.mktemp("cap"), TALLY_MAX_BODY_BYTES=cap)
     created = httpx.post(f"{served.url}/api/projects", json={"name": "cap"}, headers=auth("cap"))
     served.key = created.json()["apiKey"]
+    served.project = created.json()["projectId"]
+    return served
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    served = serve_with_cap(tmp_path_factory, "100000")
     yield served
     served.stop()
 
@@ -191,11 +196,7 @@ def test_without_credentials_a_chunked_body_is_never_read(server, path):
 # --- TALLY_MAX_BODY_BYTES=0: collect's cap off, the other endpoints keep theirs ----------------
 @pytest.fixture(scope="module")
 def uncapped(tmp_path_factory):
-    data: Path = tmp_path_factory.mktemp("uncapped")
-    served = Server(data, TALLY_MAX_BODY_BYTES="0")
-    created = httpx.post(f"{served.url}/api/projects", json={"name": "cap"}, headers=auth("cap"))
-    served.key = created.json()["apiKey"]
-    served.project = created.json()["projectId"]
+    served = serve_with_cap(tmp_path_factory, "0")
     yield served
     served.stop()
 
