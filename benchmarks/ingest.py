@@ -142,9 +142,6 @@ def acknowledged_and_stored(
         time.sleep(0.2)
 
 
-_tree = tree  # the process tree of a server (tests)
-
-
 def tree_cpu_s(pid: int) -> float:
     """CPU seconds (user and system) used so far by ``pid`` and the processes below it; 0 where
     /proc is not there. Sampled around a run, it says how much of the two cores the server

@@ -93,9 +93,9 @@ def test_tree_cpu_counts_a_process_and_the_processes_below_it():
 
 
 def _children(pid: int) -> list[int]:
-    from benchmarks.ingest import _tree
+    from benchmarks.common import tree
 
-    return _tree(pid)[1:]
+    return tree(pid)[1:]
 
 
 def test_percentile_interpolates_between_ranks():
