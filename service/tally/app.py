@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from litestar import Litestar
@@ -20,6 +21,7 @@ from litestar.datastructures import State
 from litestar.types import Message, Scope
 
 from .config import Settings, load_settings
+from .domain import zones
 from .domain.geo import CountryReader
 from .domain.privacy import IpHasher
 from .http import collect_fast, cors, openapi_doc
@@ -44,6 +46,7 @@ from .storage.loader import Loader
 from .storage.migrate import migrate as apply_schema
 from .storage.projects import ProjectStore
 from .storage.writer import EVENT_COLUMNS, segment_inserter
+from .storage.zones import engine_offsets, zones_in_use
 from .supervision import exit_with_parent
 
 log = logging.getLogger("tally")
@@ -136,6 +139,15 @@ async def reachable_storage(settings: Settings, target: Target) -> Storage:
         delay = min(delay * 2, ceiling)
 
 
+def warm_zones(storage: Storage) -> None:
+    """Read the stored projects' zone rules from the engine (a few milliseconds each)."""
+    try:
+        for name in zones_in_use(storage):
+            zones.zone(name)
+    except Exception as exc:  # a request reads its zone then
+        log.warning("could not read the projects' time zones ahead: %s", exc)
+
+
 def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
     """Build the Tally app. ``migrate=True`` applies ``schema/`` at startup (tests, one process)."""
 
@@ -147,6 +159,11 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
         storage = await reachable_storage(settings, target)
         if migrate:
             await asyncio.to_thread(apply_schema, storage, settings.retention_days)
+        # Local days and hours by the engine's zone rules, in Python too (domain/zones.py); the
+        # stored projects' zones are read now, in the background, rather than by a request.
+        zone_rules = partial(engine_offsets, storage)
+        zones.use(zone_rules)
+        warming = asyncio.create_task(asyncio.to_thread(warm_zones, storage))
         store = ProjectStore(storage)
         keys = KeyRegistry(
             store,
@@ -194,6 +211,8 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
                 await keys.stop()
             except Exception as exc:
                 log.warning("could not store last-use times: %s", exc)
+            warming.cancel()
+            zones.release(zone_rules)
             storage.close()
 
     state = State(

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from decimal import localcontext
 from typing import Literal
-from zoneinfo import ZoneInfo
 
 from .metrics import LARGEST, MAX_DAYS, WIDE, exact, round_half_up
 from .query_errors import InvalidQuery
@@ -49,7 +48,7 @@ def _offset(offset: timedelta | None) -> str:
     return text + (f":{seconds % 60:02d}" if seconds % 60 else "")
 
 
-def local_midnight(day: date, zone: ZoneInfo) -> datetime:
+def local_midnight(day: date, zone: tzinfo) -> datetime:
     """The UTC instant the local ``day`` begins in ``zone``.
 
     ``fold=0`` makes a skipped midnight (clocks jump from 00:00) resolve to the instant of the
@@ -70,7 +69,7 @@ class DateRange:
 
     @classmethod
     def of(
-        cls, first_day: date, last_day: date, zone: ZoneInfo, compare: Compare | None = None
+        cls, first_day: date, last_day: date, zone: tzinfo, compare: Compare | None = None
     ) -> DateRange:
         """The range of those local days; ``InvalidQuery`` when one of its ends falls off the
         15-minute grid that every rollup keeps: only a zone's historical local mean time does
@@ -118,7 +117,7 @@ class RangeSpec:
     first: date | None = None
     last: date | None = None
 
-    def resolve(self, zone: ZoneInfo, now: datetime) -> DateRange:
+    def resolve(self, zone: tzinfo, now: datetime) -> DateRange:
         if self.first is not None and self.last is not None:
             return DateRange.of(self.first, self.last, zone)
         today = now.astimezone(zone).date()
@@ -171,7 +170,7 @@ def parse_range(days: int | None, from_: str | None, to: str | None) -> RangeSpe
 
 
 def resolve_range(
-    days: int | None, from_: str | None, to: str | None, *, zone: ZoneInfo, now: datetime
+    days: int | None, from_: str | None, to: str | None, *, zone: tzinfo, now: datetime
 ) -> DateRange:
     return parse_range(days, from_, to).resolve(zone, now)
 
@@ -199,7 +198,7 @@ def _year_earlier(day: date) -> tuple[date, bool]:
         return day.replace(year=day.year - 1, day=28), True
 
 
-def comparison_range(current: DateRange, compare: Compare, zone: ZoneInfo) -> Comparison:
+def comparison_range(current: DateRange, compare: Compare, zone: tzinfo) -> Comparison:
     """``previous_period``: the ``current.days`` days just before ``current.first_day``.
     ``previous_year``: the same local dates one year earlier (Feb 29 -> Feb 28).
     ``InvalidQuery`` naming ``$.compare`` when that range is off the rollups' grid."""

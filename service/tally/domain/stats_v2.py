@@ -25,9 +25,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, timedelta, tzinfo
 from typing import Annotated, Any, Literal
-from zoneinfo import ZoneInfo
 
 import msgspec
 from msgspec import Meta, Struct
@@ -115,7 +114,7 @@ class RangeRequest:
     first: date | None = None  # for "dates"
     last: date | None = None
 
-    def resolve(self, zone: ZoneInfo, now: datetime) -> DateRange:
+    def resolve(self, zone: tzinfo, now: datetime) -> DateRange:
         today = now.astimezone(zone).date()
         if self.kind == "dates":
             assert self.first is not None and self.last is not None
@@ -156,7 +155,7 @@ class V2Query:
     limit: int
     offset: int
 
-    def resolve_range(self, zone: ZoneInfo, now: datetime) -> DateRange:
+    def resolve_range(self, zone: tzinfo, now: datetime) -> DateRange:
         try:
             return self.date_range.resolve(zone, now)
         except InvalidQuery as exc:  # a date off the rollups' grid, said of the body
@@ -378,7 +377,7 @@ class V2Response(Struct):
     query: V2Echo
 
 
-def echo(query: V2Query, resolved: DateRange, zone: ZoneInfo) -> V2Echo:
+def echo(query: V2Query, resolved: DateRange, zone: tzinfo) -> V2Echo:
     """``query`` of the response: the range from its first to its last local second."""
     last_second = resolved.end_utc - timedelta(seconds=1)
     return V2Echo(

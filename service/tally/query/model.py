@@ -3,26 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta
-from functools import lru_cache
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from datetime import UTC, date, datetime, time, timedelta, tzinfo
 
+from ..domain import zones
 from ..domain.filters import Filters
 from ..domain.metrics import LIST_LIMIT
 
 QUARTER = timedelta(minutes=15)  # every UTC offset in use is a multiple of it
 
 
-@lru_cache(maxsize=1024)
-def resolve_zone(name: str) -> ZoneInfo:
-    """The IANA zone ``name``; ValueError when there is none by that name."""
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as error:
-        raise ValueError(f"unknown time zone {name!r}") from error
+def resolve_zone(name: str) -> tzinfo:
+    """The IANA zone ``name`` as the storage engine reads it (domain/zones.py); ValueError when
+    there is none by that name."""
+    return zones.zone(name)
 
 
-def local_midnight(day: date, zone: ZoneInfo) -> datetime:
+def local_midnight(day: date, zone: tzinfo) -> datetime:
     """The first instant (UTC) of the local calendar day ``day``. Where a DST change skips
     midnight (clocks jump from 00:00 to 01:00), that is the instant the day begins at 01:00."""
     return datetime.combine(day, time(0), tzinfo=zone).astimezone(UTC)
@@ -54,7 +50,7 @@ class Query:
             raise ValueError("now must be timezone-aware")
 
     @property
-    def zone(self) -> ZoneInfo:
+    def zone(self) -> tzinfo:
         return resolve_zone(self.tz)
 
     @property
