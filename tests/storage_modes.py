@@ -131,6 +131,8 @@ def run_contract_tests(cwd: Any, env: dict[str, str], timeout: float) -> tuple[i
             "pytest",
             "-q",
             "-x",
+            "-n",
+            "0",  # one process: the suite around it already runs one per core
             "-p",
             "no:cacheprovider",
             "-c",

@@ -13,6 +13,7 @@ from storage_modes import CLUSTER, CLUSTER_SHAPE_CONFIG, SERVER_URL, run_contrac
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(960)  # the contract tests' own subprocess timeout (900 s), and a minute
 @pytest.mark.skipif(bool(CLUSTER or SERVER_URL), reason="already a run on other storage")
 def test_contract_tests_pass_in_cluster_mode(tmp_path):
     cluster = "tally_shape"

@@ -140,6 +140,7 @@ def test_a_tenant_lives_on_one_shard_and_its_dashboard_matches(stack, now):
         assert without_ids(answer) == dashboard(events, now, days), f"days={days}"
 
 
+@pytest.mark.timeout(3660)  # the contract tests' own subprocess timeout, and a minute
 def test_contract_tests_pass_in_cluster_mode(stack, tmp_path):
     code, output = run_contract_tests(
         tmp_path,

@@ -65,6 +65,7 @@ def test_migrate_creates_the_schema_once(server, tmp_path):
     assert engines["projects"].startswith("ReplacingMergeTree")
 
 
+@pytest.mark.timeout(1860)  # the contract tests' own subprocess timeout, and a minute
 def test_contract_tests_pass_on_the_server(server, tmp_path):
     code, output = run_contract_tests(tmp_path, {"TALLY_TEST_CLICKHOUSE_URL": server}, 1800)
     assert code == 0, output[-6000:]
