@@ -713,7 +713,7 @@ def test_dashboard_page_signs_in_and_manages_projects_and_keys(tally, browser, w
 
     # Its dashboard, empty: said in words, not a blank page.
     reveal.get_by_role("link", name="Open its dashboard").click()
-    page.get_by_text("No events in the last 7 days yet").wait_for()
+    page.get_by_text("No events in the last 7 days: none of this project’s API keys").wait_for()
     assert page.eval_on_selector("[data-metric=totalEvents]", "e => e.dataset.value") == "0"
 
     # Keys: the Default key with its preview; add one with a label; revoke it.

@@ -16,6 +16,9 @@
   ];
   const DEFAULT_DAYS = 7;
   const LIVE_EVERY_MS = 5000;
+  // How long an API call may go unanswered before the page says so (with "Try again"): enough
+  // for a busy server's 366-day query. A test may set window.tallyApiTimeoutMs to a shorter one.
+  const API_TIMEOUT_MS = 30000;
   const COLORS = ['#1d4ed8', '#0d9488', '#d97706', '#be185d', '#7c3aed', '#64748b', '#16a34a', '#dc2626'];
 
   const main = document.getElementById('main');
@@ -131,30 +134,58 @@
     return own;
   }
 
+  function apiTimeoutMs() {
+    const asked = Number(window.tallyApiTimeoutMs);
+    return asked > 0 ? asked : API_TIMEOUT_MS;
+  }
+
+  // One call of Tally's API. It is aborted when `signal` is (or, for a read, when the view is
+  // left), and when no whole answer has come within apiTimeoutMs(): a server that takes the
+  // connection but never answers must not leave the page on "Loading…" for ever.
   async function api(method, path, body, signal) {
     const headers = { authorization: `Bearer ${token.get()}` };
     if (body) headers['content-type'] = 'application/json';
     const read = method === 'GET' || path === '/api/v2/query';
+    const outer = signal || (read ? reads.signal : undefined);
+    const own = new AbortController();
+    const follow = () => own.abort();
+    if (outer && outer.aborted) own.abort();
+    else if (outer) outer.addEventListener('abort', follow, { once: true });
+    let late = false;
+    const timer = setTimeout(() => {
+      late = true;
+      own.abort();
+    }, apiTimeoutMs());
     let res;
+    let data = null;
     try {
       res = await fetch(path, {
         method,
         headers,
         cache: 'no-store',
         body: body ? JSON.stringify(body) : undefined,
-        signal: signal || (read ? reads.signal : undefined),
+        signal: own.signal,
       });
+      if (res.status !== 204) {
+        try {
+          data = await res.json();
+        } catch (e) {
+          if (own.signal.aborted) throw e; // cut off while reading: not "not JSON"
+        }
+      }
     } catch (e) {
+      if (late) {
+        const unsure = read ? '' : ' It may or may not have been done: check before trying again.';
+        const seconds = Math.max(1, Math.round(apiTimeoutMs() / 1000));
+        throw new ApiError(0, `Tally did not answer in time (${seconds} second${seconds === 1 ? '' : 's'}). It may be busy or stuck: try again in a moment.${unsure}`);
+      }
       if (e && e.name === 'AbortError') throw new ApiError(0, 'Left for another view.');
       throw new ApiError(0, 'Tally could not be reached. Check the connection and try again.');
+    } finally {
+      clearTimeout(timer);
+      if (outer) outer.removeEventListener('abort', follow);
     }
     if (res.status === 204) return null;
-    let data = null;
-    try {
-      data = await res.json();
-    } catch (e) {
-      /* not JSON */
-    }
     if (res.ok) return data;
     if (res.status === 401) {
       token.clear();
@@ -495,7 +526,7 @@
             'ul',
             { class: 'projects' },
             projects.map((p) =>
-              h('li', { class: 'card' }, link(p.name, { project: p.id }, { class: 'project-link' }), h('span', { class: 'muted', text: `created ${day(p.createdAt)} · ${p.timezone}` }))
+              h('li', { class: 'card' }, link(p.name, { project: p.id }, { class: 'project-link', dir: 'auto' }), h('span', { class: 'muted', text: `created ${day(p.createdAt)} · ${p.timezone}` }))
             )
           )
         );
@@ -550,14 +581,16 @@
   }
 
   async function projectView(r, gen) {
-    const body = h('div', {}, h('p', { class: 'muted', text: 'Loading…' }));
+    const body = h('div', { 'aria-busy': 'true' }, h('p', { class: 'muted', text: 'Loading…' }));
     show(h('section', {}, crumbs(link('Projects', {})), body));
     let project;
     try {
       const { projects } = await api('GET', '/api/projects');
       project = projects.find((p) => p.id === r.project);
     } catch (err) {
-      if (gen === generation) showError(body, err, () => render());
+      if (gen !== generation) return;
+      body.removeAttribute('aria-busy');
+      showError(body, err, () => render());
       return;
     }
     if (gen !== generation) return;
@@ -577,11 +610,11 @@
       h(
         'section',
         {},
-        crumbs(link('Projects', {}), h('span', { text: project.name })),
+        crumbs(link('Projects', {}), h('span', { dir: 'auto', text: project.name })),
         h(
           'div',
           { class: 'title-row' },
-          h('h1', { id: 'project-title', text: project.name }),
+          h('h1', { id: 'project-title', dir: 'auto', text: project.name }),
           h('nav', { class: 'tabs' }, tab('dashboard', 'Dashboard'), tab('keys', 'Keys & snippet'), tab('settings', 'Settings'))
         ),
         h('p', { class: 'muted zone', 'data-testid': 'project-zone', text: `Time zone: ${project.timezone}` }),
@@ -842,7 +875,19 @@
         'table',
         { 'data-testid': testid, class: wide ? 'wide-table' : null },
         h('thead', {}, h('tr', {}, columns.map(([label, , kind]) => h('th', { class: kind === 'num' ? 'num' : null, text: label })))),
-        h('tbody', {}, rows.map((row) => h('tr', rowProps(row), columns.map(([, get, kind]) => h('td', { class: kind || 'text', text: get(row), title: kind === 'trunc' ? String(get(row)) : null })))))
+        // dir=auto: a right-to-left value (a Hebrew path, an Arabic event name) reads from its
+        // own start, which a cut one-line cell keeps in view (its ellipsis at its end, the left)
+        h(
+          'tbody',
+          {},
+          rows.map((row) =>
+            h(
+              'tr',
+              rowProps(row),
+              columns.map(([, get, kind]) => h('td', { class: kind || 'text', dir: kind === 'num' ? null : 'auto', text: get(row), title: kind === 'trunc' ? String(get(row)) : null }))
+            )
+          )
+        )
       )
     );
   }
@@ -1019,10 +1064,15 @@
     return { date: `${parts.year}-${parts.month}-${parts.day}`, hour: Number(parts.hour) % 24 };
   }
 
-  // An instant in the project's zone, short: "Nov 23, 14:05:09".
+  // An instant in the project's zone, short: "Nov 23, 14:05:09", with its year when that is not
+  // this year there: "Dec 31, 2025, 23:59:58".
   function whenIn(iso, tz) {
     try {
-      return new Date(iso).toLocaleString('en-US', { timeZone: tz, month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit', second: '2-digit', hourCycle: 'h23' });
+      const at = new Date(iso);
+      const year = (t) => new Intl.DateTimeFormat('en-US', { timeZone: tz, year: 'numeric' }).format(t);
+      const options = { timeZone: tz, month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit', second: '2-digit', hourCycle: 'h23' };
+      if (year(at) !== year(new Date())) options.year = 'numeric';
+      return at.toLocaleString('en-US', options);
     } catch (e) {
       return when(iso);
     }
@@ -1033,7 +1083,7 @@
 
   // Visitors, pageviews and events per local hour of that day, from the query API (rows with
   // nothing are left out there, so every hour is filled in here; today stops at this hour).
-  async function hourlyPoints(project, r, date) {
+  async function hourlyPoints(project, r, date, signal) {
     const body = {
       site_id: project.id,
       metrics: ['visitors', 'pageviews', 'events'],
@@ -1041,7 +1091,7 @@
       dimensions: ['time:hour'],
     };
     if (r.filters.length) body.filters = r.filters;
-    const { results } = await api('POST', '/api/v2/query', body);
+    const { results } = await api('POST', '/api/v2/query', body, signal);
     const byHour = new Map(results.map((row) => [row.dimensions[0], row.metrics]));
     const now = localNow(project.timezone);
     const last = date === now.date ? now.hour : 23;
@@ -1069,8 +1119,14 @@
     const x = points.map((p) => p.x);
     const max = Math.max(0, ...points.map((p) => Math.max(p.visitors, p.pageviews, p.events)));
     let xaxis;
-    if (unit === 'hour') xaxis = { type: 'date', tickformat: '%H:%M', dtick: 3 * 3600000, tickangle: 0 };
-    else {
+    if (unit === 'hour') {
+      // A label every few hours (1, 2, 3, 4, 6 or 12: on the clock's marks), as many as the plot's
+      // width holds with room between them ("00:00" is about 32 px wide).
+      const fit = Math.max(2, Math.floor(((el.clientWidth || 600) - 56) / 48));
+      const span = Math.max(1, points.length - 1);
+      const step = [1, 2, 3, 4, 6, 12].find((n) => Math.floor(span / n) + 1 <= fit) || 12;
+      xaxis = { type: 'date', tickformat: '%H:%M', dtick: step * 3600000, tickangle: 0 };
+    } else {
       // One label every few days, as many as the chart's width holds without overlapping.
       const fit = Math.max(2, Math.floor((el.clientWidth || 600) / 64));
       xaxis = { type: 'date', tickformat: '%b %d', dtick: Math.max(1, Math.ceil(points.length / fit)) * 86400000, tickangle: 0 };
@@ -1375,11 +1431,13 @@
     const live = card('liveVisitors', 'Live visitors', '', '…', 'in the last 5 minutes');
     live.id = 'live';
     const body = h('div', { id: 'dashboard' }, h('p', { class: 'muted', text: 'Loading the dashboard…' }));
-    const refresh = h('button', { type: 'button', text: 'Refresh', onclick: () => load() });
+    const refresh = h('button', { type: 'button', id: 'refresh', text: 'Refresh', onclick: () => load() });
+    // While the numbers are asked for again (Refresh), the old ones stay, dimmed, and this says so.
+    const pending = h('span', { class: 'pending-note', id: 'dashboard-pending', role: 'status' });
     const exportStatus = h('span', { class: 'muted', id: 'export-status', 'aria-live': 'polite' });
     const exportButton = h('button', { type: 'button', id: 'export-events', text: 'Download raw events (CSV)', onclick: () => downloadEvents(project, exportDays(project, r), exportStatus) }); // page17: the view's range
     where.replaceChildren(
-      h('div', { class: 'controls' }, h('label', { for: 'window', text: 'Window' }), select, refresh, exportButton, h('span', { class: 'muted', 'data-testid': 'zone-note', text: `Days and hours in ${tz}.` }), exportStatus),
+      h('div', { class: 'controls' }, h('label', { for: 'window', text: 'Window' }), select, refresh, pending, exportButton, h('span', { class: 'muted', 'data-testid': 'zone-note', text: `Days and hours in ${tz}.` }), exportStatus),
       viewBar(project, r, select), // page17: custom range, compare toggle, filter chips
       body
     );
@@ -1390,25 +1448,63 @@
       live.querySelector('.value').textContent = num(value);
     }
 
+    let loading = null; // the reads of the load under way, aborted by a newer one (Refresh)
+
+    // The dashboard's body says it is waiting (aria-busy, dimmed, "Updating…" beside Refresh when
+    // older numbers are on screen) until its answer, or an error with "Try again", replaces it.
+    function busy(on) {
+      if (on) {
+        body.setAttribute('aria-busy', 'true');
+        const shown = !!body.querySelector('#summary');
+        body.classList.toggle('pending', shown);
+        pending.textContent = shown ? 'Updating…' : '';
+        if (!shown) {
+          // an error's "Try again" goes with the error: the focus goes to Refresh, not the page
+          const hadFocus = body.contains(document.activeElement);
+          body.replaceChildren(h('p', { class: 'muted', text: 'Loading the dashboard…' }));
+          if (hadFocus) refresh.focus();
+        }
+      } else {
+        body.removeAttribute('aria-busy');
+        body.classList.remove('pending');
+        pending.textContent = '';
+      }
+    }
+
     async function load() {
+      if (loading) loading.abort();
+      const mine = panelReads();
+      loading = mine;
+      const signal = mine.signal;
+      busy(true);
       const date = oneDay(r, tz);
       // A single day is drawn as its hours; asked for alongside the dashboard, and if it fails
       // the day's own total is drawn instead.
-      const hourly = date ? hourlyPoints(project, r, date).catch((err) => (err && err.status === 401 ? Promise.reject(err) : null)) : Promise.resolve(null);
+      const hourly = date ? hourlyPoints(project, r, date, signal).catch((err) => (err && err.status === 401 ? Promise.reject(err) : null)) : Promise.resolve(null);
       let d;
       let hours;
       try {
-        [d, hours] = await Promise.all([api('GET', `/api/dashboard?${apiQuery(project.id, r)}`), hourly]);
+        [d, hours] = await Promise.all([api('GET', `/api/dashboard?${apiQuery(project.id, r)}`, undefined, signal), hourly]);
       } catch (err) {
-        if (gen === generation) showViewError(body, err, r, load); // page17: a refused view says why
+        if (gen !== generation || loading !== mine) return;
+        busy(false);
+        showViewError(body, err, r, load); // page17: a refused view says why
         return;
       }
-      if (gen !== generation) return;
+      if (gen !== generation || loading !== mine) return;
       for (const fn of cleanups.splice(0)) fn();
       startLive();
       const s = d.summary;
       setLive(d.liveVisitors);
       const cards = h('div', { class: 'cards', id: 'summary' }, CARDS.map(([key, label, fmt]) => card(key, label, String(s[key]), fmt(s[key]))), live);
+      const sessionEnds = d.eventBreakdown.find((e) => e.name === 'session_end');
+      if (!s.avgSessionDurationMs && !sessionEnds) {
+        // 0 is the API's "no session_end events": no visit ended, nothing to average (not 0 ms)
+        const avg = cards.querySelector('[data-metric=avgSessionDurationMs]');
+        avg.querySelector('.value').textContent = '–';
+        avg.title = 'No visit ended in this view: nothing to average.';
+        avg.append(h('span', { class: 'sr-only', text: 'No visit ended in this view.' }));
+      }
       showChanges(cards, d, r); // page17: each card's change against the compared range
       const bots = h('p', {
         class: 'muted bots',
@@ -1417,11 +1513,20 @@
         text: project.excludeBots === false ? 'Bots are counted like everyone else (see Settings).' : `${num(s.botEvents)} bot event${s.botEvents === 1 ? '' : 's'} left out (crawlers, monitors, headless browsers).`,
       });
       if (!s.totalEvents) {
-        body.replaceChildren(
-          cards,
-          bots,
-          notice(emptyMessage(r), 'info', h('p', {}, link('Get the snippet', { project: project.id, tab: 'keys' })))
-        );
+        // Only a project none of whose keys was ever used is told to install the snippet: one
+        // with events on other days (the far past, say) has it already.
+        let keys = null;
+        if (!r.filters.length) {
+          try {
+            keys = (await api('GET', `/api/projects/keys?projectId=${project.id}`, undefined, signal)).keys;
+          } catch (err) {
+            if (err && err.status === 401) return;
+          }
+          if (gen !== generation || loading !== mine) return;
+        }
+        const [text, action] = emptyMessage(r, keys);
+        busy(false);
+        body.replaceChildren(cards, bots, notice(text, 'info', action ? h('p', {}, link(action, { project: project.id, tab: 'keys' })) : null));
         return;
       }
       // Panel CSV files: what the panel shows, named after the project, the panel and the window.
@@ -1466,9 +1571,9 @@
         h('div', { class: 'panel-tabs', role: 'group', 'aria-label': 'Metric' }, toggles),
         boxes.timeline
       );
-      const sessionEnds = d.eventBreakdown.find((e) => e.name === 'session_end');
       const named = d.eventBreakdown.filter((e) => e.name !== 'session_end');
       const bp = (spec) => breakdownPanel(project, r, gen, spec);
+      busy(false);
       body.replaceChildren(
         cards,
         bots,
@@ -1690,10 +1795,16 @@
     return r.days === 1 ? 'today' : `in the ${(found ? found[1] : `last ${r.days} days`).toLowerCase()}`;
   }
 
-  // What an empty dashboard says: nothing yet, or nothing that matches the filters.
-  function emptyMessage(r) {
-    if (r.filters.length) return `No events match these filters ${rangeWords(r)}. Remove a filter above to see more.`;
-    return `No events ${rangeWords(r)} yet. Once a site with the snippet is visited, its pageviews appear here.`;
+  // What an empty dashboard says, [words, the words of a link to the keys, or '']: nothing that
+  // matches the filters; nothing yet, when none of the project's live keys (GET
+  // /api/projects/keys) was ever used; or nothing in this range, which is true whatever other
+  // days hold (keys = null: they could not be read).
+  function emptyMessage(r, keys) {
+    if (r.filters.length) return [`No events match these filters ${rangeWords(r)}. Remove a filter above to see more.`, ''];
+    const words = `No events ${rangeWords(r)}`;
+    if (keys && !keys.length) return [`${words}, and this project has no live API key to send any: add one.`, 'Add a key'];
+    if (keys && !keys.some((k) => k.lastUsedAt)) return [`${words}: none of this project’s API keys has been used yet. Once a site with the snippet is visited, its pageviews appear here.`, 'Get the snippet'];
+    return [`${words}. Other days may have some: choose a longer window or a custom range above.`, ''];
   }
 
   // In a chip: "Germany (DE)", the name and the code the filter holds.
@@ -1787,8 +1898,9 @@
           'button',
           { type: 'button', class: 'chip-edit', id: `chip-${i}`, title: `Change this filter: ${words}`, onclick: () => edit(i) },
           h('span', { class: 'chip-dim', text: dimensionLabel(f[1]) }),
-          ` ${operatorLabel(f[0])} `,
-          h('span', { class: 'chip-values', text: f[2].map((v) => valueLabel(f[1], v)).join(' or ') })
+          h('span', { class: 'chip-op', text: ` ${operatorLabel(f[0])} ` }),
+          // cut on its own, in its own direction: a right-to-left value shows its start
+          h('span', { class: 'chip-values', dir: 'auto', text: f[2].map((v) => valueLabel(f[1], v)).join(' or ') })
         ),
         h('button', {
           type: 'button',
@@ -1838,7 +1950,7 @@
     const dim = h('select', { id: 'filter-dim', name: 'dimension' }, dims.map((d) => h('option', { value: d, text: dimensionLabel(d), selected: d === dim0 })));
     const ops = Object.keys(OPERATOR_LABELS).includes(op0) ? Object.keys(OPERATOR_LABELS) : [op0, ...Object.keys(OPERATOR_LABELS)];
     const op = h('select', { id: 'filter-op', name: 'operator' }, ops.map((o) => h('option', { value: o, text: operatorLabel(o), selected: o === op0 })));
-    const values = h('textarea', { id: 'filter-values', name: 'values', rows: 2, value: values0.join('\n'), placeholder: 'One value per line' });
+    const values = h('textarea', { id: 'filter-values', name: 'values', dir: 'auto', rows: 2, value: values0.join('\n'), placeholder: 'One value per line' });
     const status = h('span', { class: 'range-status', role: 'alert' });
     const form = h(
       'form',

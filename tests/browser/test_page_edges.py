@@ -1,0 +1,411 @@
+"""The dashboard page at its edges, in a real browser (headless Chromium against a real `tally
+serve`): a server that takes the connection and never answers, right-to-left values, the
+narrowest phones, a project name of one 60-letter word, and a project whose events are all in the
+far past.
+
+- An API call that gets no answer ends, after the page's timeout (30 s; shortened here through
+  ``window.tallyApiTimeoutMs``), in the words "did not answer in time" and a *Try again*; while it
+  waits, Refresh leaves the older numbers dimmed with "Updating…" and ``aria-busy``.
+- A value that starts right-to-left (a Hebrew OS name, path or filter, an Arabic event name) and is
+  cut with an ellipsis shows its own start, in every panel and chip.
+- At 320 px, a panel's three columns fit it, the hours of a day are labelled without overlapping,
+  and no project page scrolls sideways for a long name.
+- Recent events of another year say the year; a project with events only long ago is not told to
+  install the snippet (one whose keys were never used is); no visit ended is "–", not "0 ms".
+"""
+
+# ruff: noqa: F811
+# (the fixtures tally, browser and watch come from test_site_owner, as in test_panels)
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import re
+import sys
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_filters_page import pump
+from test_site_owner import (  # noqa: F401 - fixtures: tally, browser, watch
+    BROWSER_TESTS,
+    DESKTOP,
+    Watch,
+    browser,
+    headers,
+    new_project,
+    tally,
+    wait_until,
+    watch,
+)
+
+from conftest import token
+
+pytestmark = BROWSER_TESTS
+
+PHONE_320 = {"width": 320, "height": 640}
+PHONE_375 = {"width": 375, "height": 740}
+CHROME = (
+    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
+    "Chrome/131.0.0.0 Safari/537.36"
+)
+# Values whose first strong character is right-to-left, long enough to be cut on any screen.
+HEBREW = "שלום עולם זה עמוד בעברית ארוך מאוד לבדיקה "
+OS_NAME = (HEBREW * 3)[:90].strip()
+PATH = "/" + (HEBREW * 6)[:200].strip()
+EVENT = ("הרשמה_" + "חשבון_חדש_" * 12)[:95]
+DAY = timedelta(days=1)
+
+
+def send(tally: str, key: str, *events: dict[str, Any]) -> None:
+    response = httpx.post(
+        f"{tally}/api/collect",
+        json={"events": list(events)},
+        headers={"x-api-key": key, "user-agent": CHROME, "x-forwarded-for": "81.2.69.142"},
+        timeout=30,
+    )
+    assert response.status_code == 202, response.text
+
+
+def summary(tally: str, user: str, project_id: str, **params: Any) -> dict[str, Any]:
+    response = httpx.get(
+        f"{tally}/api/dashboard",
+        params={"projectId": project_id, **(params or {"days": 7})},
+        headers=headers(user),
+        timeout=30,
+    )
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()["summary"]
+    return result
+
+
+class Edge:
+    """A UTC project: today right-to-left values (no session_end), yesterday one pageview."""
+
+    def __init__(self, tally: str) -> None:
+        self.tally = tally
+        self.user = f"owner-{uuid.uuid4().hex[:8]}"
+        self.project_id, key = new_project(tally, self.user, "Edges")
+        visit = {"visitorId": "v1", "sessionId": "s1"}
+        other = {"visitorId": "v2", "sessionId": "s2"}
+        rtl = {"metadata": {"os": OS_NAME}}
+        send(
+            tally,
+            key,
+            {"name": "pageview", "path": PATH, **visit, **rtl},
+            {"name": EVENT, "path": PATH, **visit, **rtl},
+            {"name": "pageview", "path": "/", **other},
+            {"name": "pageview", "path": "/", **other},
+        )
+        self.yesterday = (datetime.now(UTC) - DAY).date().isoformat()
+        at = f"{self.yesterday}T12:00:00Z"
+        send(tally, key, {"name": "pageview", "path": "/y", "occurredAt": at, **other})
+        wait_until(
+            lambda: summary(tally, self.user, self.project_id)["totalEvents"] == 5, "the events"
+        )
+
+    def open(self, browser: Any, watch: Watch, viewport: dict[str, int], query: str = "") -> Any:
+        page = watch(browser.new_context(viewport=viewport).new_page())
+        page.goto(f"{self.tally}/?project={self.project_id}{query}#token={token(self.user)}")
+        page.wait_for_selector("#summary")
+        return page
+
+
+@pytest.fixture(scope="module")
+def edge(tally: str) -> Edge:
+    return Edge(tally)
+
+
+def hold_api(page: Any) -> list[Any]:
+    """Every API request of the page from now on is held: taken, and never answered (as by a
+    server whose worker is frozen). The requests held so far are in the list returned."""
+    held: list[Any] = []
+    page.route(lambda url: "/api/" in url, lambda route: held.append(route))
+    return held
+
+
+def release(page: Any, held: list[Any]) -> None:
+    page.unroute_all()
+    for route in held:
+        with contextlib.suppress(Exception):  # the page may have aborted it already
+            route.continue_()
+
+
+# --- a server that never answers ---------------------------------------------------------------
+
+
+def test_a_server_that_never_answers_is_said_in_words_with_try_again(
+    edge: Edge, browser: Any, watch: Watch
+):
+    page = edge.open(browser, watch, DESKTOP)
+    events = page.get_attribute("[data-metric=totalEvents]", "data-value")
+    assert page.get_attribute("#dashboard", "aria-busy") is None
+    assert page.text_content("#dashboard-pending") == ""
+
+    # Refresh while the server holds the answer: the older numbers stay, dimmed, the body is
+    # busy and "Updating…" says so, the focus stays on Refresh; the answer ends it all. (The
+    # timeout is set far off here: only the held answer decides.)
+    page.evaluate("window.tallyApiTimeoutMs = 600000")
+    held = hold_api(page)
+    page.focus("#refresh")
+    page.keyboard.press("Enter")
+    pump(page, lambda: any("/api/dashboard?" in r.request.url for r in held), "the refresh")
+    assert page.get_attribute("#dashboard", "aria-busy") == "true"
+    assert page.text_content("#dashboard-pending") == "Updating…"
+    assert page.get_attribute("#dashboard-pending", "role") == "status"
+    assert page.get_attribute("#dashboard", "class") == "pending"  # dimmed by app.css
+    assert page.get_attribute("[data-metric=totalEvents]", "data-value") == events
+    assert page.evaluate("document.activeElement.id") == "refresh"
+    assert page.get_attribute("#main", "aria-live") is None
+    release(page, held)
+    page.wait_for_function("() => !document.querySelector('#dashboard[aria-busy]')")
+    assert page.text_content("#dashboard-pending") == ""
+    assert page.get_attribute("[data-metric=totalEvents]", "data-value") == events
+
+    # The same with the page's timeout (shortened): an answer that never comes ends in words
+    # and "Try again", which works once the server answers again.
+    page.evaluate("window.tallyApiTimeoutMs = 1500")
+    held = hold_api(page)
+    page.click("#refresh")
+    notice = page.locator("#dashboard .notice.error")
+    notice.wait_for()
+    assert "Tally did not answer in time (2 seconds)" in notice.text_content()
+    assert page.get_attribute("#dashboard", "aria-busy") is None
+    assert page.text_content("#dashboard-pending") == ""
+    release(page, held)
+    notice.get_by_role("button", name="Try again").click()
+    page.wait_for_selector("#summary")
+    assert page.get_attribute("[data-metric=totalEvents]", "data-value") == events
+    assert page.evaluate("document.activeElement.id") == "refresh"  # not dropped on the page
+
+    # Another window, while the server holds every answer: "Loading…", busy; the answer ends
+    # it. Then again with the short timeout: the words, and "Try again".
+    page.evaluate("window.tallyApiTimeoutMs = 600000")
+    held = hold_api(page)
+    page.select_option("#window", "30")
+    page.wait_for_url(lambda url: "days=30" in url)
+    pump(page, lambda: held, "the projects' read")
+    assert page.locator("main [aria-busy=true]").text_content() == "Loading…"
+    release(page, held)
+    page.wait_for_selector("#summary")
+    assert page.locator("main [aria-busy=true]").count() == 0
+    page.evaluate("window.tallyApiTimeoutMs = 1500")
+    held = hold_api(page)
+    page.select_option("#window", "14")
+    notice = page.locator("main .notice.error")
+    notice.wait_for()
+    assert "did not answer in time" in notice.text_content()
+    assert page.locator("main [aria-busy=true]").count() == 0
+    release(page, held)
+    notice.get_by_role("button", name="Try again").click()
+    page.wait_for_selector("#summary")
+    assert page.input_value("#window") == "14"
+    page.context.close()
+    watch.assert_clean()
+
+
+# --- right-to-left values ------------------------------------------------------------------------
+
+# Elements cut with an ellipsis whose text starts right-to-left: for each, whether its first
+# character is drawn inside it (its start in view) and its computed direction.
+RTL_STARTS = r"""els => els.filter(el => el.scrollWidth > el.clientWidth + 1
+    && /^[^A-Za-z\u0590-\u06FF]*[\u0590-\u06FF]/.test(el.textContent)).map(el => {
+  el.scrollIntoView({block: 'center'});
+  const text = el.firstChild && el.firstChild.nodeType === 3 ? el.firstChild : el;
+  const range = document.createRange();
+  range.setStart(text, 0);
+  range.setEnd(text, 1);
+  const first = range.getBoundingClientRect();
+  const box = el.getBoundingClientRect();
+  const where = el.closest('[data-panel]') ? el.closest('[data-panel]').dataset.panel
+    : el.closest('[data-testid]') ? el.closest('[data-testid]').dataset.testid : el.className;
+  return [where, first.left >= box.left - 1 && first.right <= box.right + 1,
+    getComputedStyle(el).direction];
+})"""
+CUT = "td.trunc, .chip-values"
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE_320], ids=["desktop", "phone-320"])
+def test_a_right_to_left_value_cut_short_shows_its_start(
+    edge: Edge, browser: Any, watch: Watch, viewport: dict[str, int]
+):
+    page = edge.open(browser, watch, viewport)
+    for panel, by in [("pages", "path"), ("entry-exit", "entryPage"), ("os", "os")]:
+        page.wait_for_selector(f"[data-panel={panel}][data-by={by}][data-state=ready]")
+    cut = page.eval_on_selector_all(CUT, RTL_STARTS)
+    page.click("[data-panel=entry-exit] [data-by=exitPage]")
+    page.wait_for_selector("[data-panel=entry-exit][data-by=exitPage][data-state=ready]")
+    cut += page.eval_on_selector_all("[data-panel=entry-exit] td.trunc", RTL_STARTS)
+    where = [w for w, _, _ in cut]
+    for panel in ("pages", "os", "recent-events"):
+        assert panel in where, cut
+    assert where.count("entry-exit") == 2, cut  # entry and exit pages
+    assert all(start and direction == "rtl" for _, start, direction in cut), cut
+    # Every value cell reads in the direction of its own text, cut or not.
+    names = page.eval_on_selector_all(
+        "[data-testid=event-breakdown] td:first-child, [data-testid=recent-events] td",
+        "cells => cells.filter(c => c.textContent.startsWith('הרשמה'))"
+        ".map(c => getComputedStyle(c).direction)",
+    )
+    assert names and set(names) == {"rtl"}
+    # The events chart labels the bar with the name's start (cut at its end).
+    page.wait_for_selector("[data-chart=events] .ytick text")
+    ticks = page.eval_on_selector_all(
+        "[data-chart=events] .ytick text", "ts => ts.map(t => t.textContent)"
+    )
+    assert any(t.startswith(EVENT[:8]) for t in ticks), ticks
+
+    # A chip of the OS, filtered by a click on its row: its value shows its start too.
+    page.click(f"[data-testid=breakdown-os] tr[data-filter-value='{OS_NAME}']")
+    page.wait_for_selector("#chip-0")
+    page.wait_for_selector("[data-panel=os][data-state=ready]")
+    chip = page.eval_on_selector_all(".chip-values", RTL_STARTS)
+    assert chip and all(start and d == "rtl" for _, start, d in chip), chip
+    assert page.text_content("#chip-0").strip() == f"Operating system is {OS_NAME}"
+    assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"]
+    page.context.close()
+    watch.assert_clean()
+
+
+# --- narrow phones -------------------------------------------------------------------------------
+
+
+def test_a_320_px_phone_fits_the_panels_and_the_hours_of_a_day(
+    edge: Edge, browser: Any, watch: Watch
+):
+    page = edge.open(browser, watch, PHONE_320)
+    for panel in ("countries", "os", "browsers", "pages"):
+        page.wait_for_selector(f"[data-panel={panel}][data-state=ready]")
+    overflowing = page.eval_on_selector_all(
+        "[data-panel] .table-wrap",
+        "ws => ws.filter(w => w.scrollWidth > w.clientWidth)"
+        ".map(w => [w.closest('[data-panel]').dataset.panel, w.scrollWidth, w.clientWidth])",
+    )
+    assert overflowing == []
+    # The Pageviews column is inside its panel, in every breakdown.
+    clipped = page.eval_on_selector_all(
+        "[data-panel] .table-wrap tr > :nth-child(3)",
+        "cells => cells.filter(c => c.getBoundingClientRect().right >"
+        " c.closest('.table-wrap').getBoundingClientRect().right + 0.5).length",
+    )
+    assert clipped == 0
+    page.context.close()
+
+    # A whole day (yesterday, all 24 hours) as its hours: labels apart at 320 and 375 px.
+    for viewport in (PHONE_320, PHONE_375):
+        page = edge.open(browser, watch, viewport, f"&from={edge.yesterday}&to={edge.yesterday}")
+        page.wait_for_selector("[data-chart=timeline][data-unit=hour] .xtick text")
+        labels = page.eval_on_selector_all(
+            "[data-chart=timeline] .xtick text",
+            "ts => ts.map(t => { const r = t.getBoundingClientRect();"
+            " return [t.textContent, r.left, r.right]; })",
+        )
+        assert len(labels) >= 3, labels
+        assert all(re.fullmatch(r"\d\d:00", text) for text, _, _ in labels), labels
+        gaps = [b[1] - a[2] for a, b in itertools.pairwise(labels)]
+        assert min(gaps) >= 4, (viewport, labels)
+        page.context.close()
+    watch.assert_clean()
+
+
+def test_a_long_one_word_project_name_does_not_scroll_sideways(tally, browser, watch):
+    user = f"owner-{uuid.uuid4().hex[:8]}"
+    name = "W" * 60
+    project_id, _ = new_project(tally, user, name)
+    page = watch(browser.new_context(viewport=PHONE_320).new_page())
+    for tab in ("", "&tab=keys", "&tab=settings"):
+        page.goto(f"{tally}/?project={project_id}{tab}#token={token(user)}")
+        page.wait_for_selector("#summary, #keys table, #project-settings")
+        assert page.text_content("#project-title") == name
+        wide = page.evaluate(
+            """() => [...document.querySelectorAll('main *')].filter(e => {
+                 const r = e.getBoundingClientRect();
+                 return r.width > 0 && r.right > innerWidth + 0.5 && !e.closest('.sr-only')
+                   && !e.closest('.table-wrap');  // a table scrolls in its own box
+               }).map(e => e.tagName + '.' + e.className)"""
+        )
+        assert wide == [], tab
+        assert page.evaluate("document.documentElement.scrollWidth") <= PHONE_320["width"], tab
+    page.context.close()
+    watch.assert_clean()
+
+
+# --- times, empty windows, session length ---------------------------------------------------------
+
+
+def test_the_far_past_says_its_year_and_is_not_told_to_install_the_snippet(tally, browser, watch):
+    user = f"owner-{uuid.uuid4().hex[:8]}"
+    project_id, key = new_project(tally, user, "Long ago")
+    now = datetime.now(UTC)
+    old = [now - timedelta(days=400 + i) for i in range(3)]
+    send(
+        tally,
+        key,
+        *[
+            {"name": "pageview", "path": f"/old{i}", "occurredAt": t.isoformat(), "visitorId": "p"}
+            for i, t in enumerate(old)
+        ],
+    )
+    first, last = old[-1].date().isoformat(), old[0].date().isoformat()
+    range_ = {"from": first, "to": last}
+    wait_until(lambda: summary(tally, user, project_id, **range_)["totalEvents"] == 3, "events")
+    keys = f"{tally}/api/projects/keys?projectId={project_id}"
+    wait_until(
+        lambda: httpx.get(keys, headers=headers(user), timeout=30).json()["keys"][0]["lastUsedAt"],
+        "the key's last use",
+    )
+    page = watch(browser.new_context(viewport=DESKTOP).new_page())
+
+    # The last 7 days hold nothing: said so, without "once a site with the snippet is visited"
+    # (the key has been used: the project has had events).
+    page.goto(f"{tally}/?project={project_id}#token={token(user)}")
+    notice = page.locator("#dashboard .notice")
+    notice.wait_for()
+    text = notice.text_content()
+    assert text.startswith("No events in the last 7 days. Other days may have some"), text
+    assert "snippet" not in text and "yet" not in text
+    assert page.locator("#dashboard .notice a").count() == 0
+    assert page.text_content("[data-metric=avgSessionDurationMs] .value") == "–"
+
+    # Their range: the times of the recent events say their year (not this one).
+    page.goto(f"{tally}/?project={project_id}&from={first}&to={last}")
+    page.wait_for_selector("[data-testid=recent-events] tbody tr")
+    times = page.eval_on_selector_all(
+        "[data-testid=recent-events] tbody tr", "rows => rows.map(r => r.cells[0].textContent)"
+    )
+    assert times == [f"{t:%b} {t.day}, {t.year}, {t:%H:%M:%S}" for t in old]
+
+    # A project whose keys were never used is told about the snippet.
+    fresh, _ = new_project(tally, user, "Brand new")
+    page.goto(f"{tally}/?project={fresh}")
+    notice.wait_for()
+    assert notice.text_content().startswith(
+        "No events in the last 7 days: none of this project’s API keys has been used yet."
+    )
+    assert notice.get_by_role("link", name="Get the snippet").count() == 1
+    page.context.close()
+    watch.assert_clean()
+
+
+def test_this_years_times_leave_the_year_out_and_no_visit_ended_is_a_dash(
+    edge: Edge, browser: Any, watch: Watch
+):
+    page = edge.open(browser, watch, DESKTOP)
+    page.wait_for_selector("[data-testid=recent-events] tbody tr")
+    newest = page.text_content("[data-testid=recent-events] tbody tr td")  # sent just now
+    assert re.fullmatch(r"[A-Z][a-z]{2} \d{1,2}, \d\d:\d\d:\d\d", newest), newest
+    # No session_end in the window: avgSessionDurationMs is 0, "no visit ended", shown as "–".
+    assert summary(edge.tally, edge.user, edge.project_id)["avgSessionDurationMs"] == 0
+    card = page.locator("[data-metric=avgSessionDurationMs]")
+    assert card.locator(".value").text_content() == "–"
+    assert card.get_attribute("data-value") == "0"
+    assert page.locator("[data-testid=session-ends]").count() == 0
+    page.context.close()
+    watch.assert_clean()
