@@ -74,10 +74,12 @@ def test_applied_backfills_do_not_run_again_at_the_next_start(chdb_path):
         storage.close()
 
 
-# Every schema file's checksum as released. `tally migrate` records it; a file whose checksum
-# changed (a comment is enough) counts as not applied, and its one-time backfills (INSERT ...
-# SELECT, MATERIALIZE PROJECTION) run again at the next start of every deployment. A change goes
-# in a new numbered file, whose checksum is added here when it lands.
+# Every schema file's checksum as released. `tally migrate` records it. A file whose SQL changed
+# counts as not applied where it was recorded, and its one-time backfills (INSERT ... SELECT,
+# MATERIALIZE PROJECTION) run again at the next start of every deployment; a change of comments
+# only is recognised (migrate.RECORDED_TEXTS, tests/test_upgrade_recorded.py) but still needs its
+# checksum listed there. A change goes in a new numbered file, whose checksum is added here when
+# it lands.
 RELEASED = {
     1: "d6f325b724c4b5d6",
     2: "39bc2010c2974eff",

@@ -37,6 +37,12 @@ def main() -> None:
     """Tally: web analytics on ClickHouse."""
 
 
+# `tally migrate --check` (what `tally serve --no-migrate` runs first): its exit status when
+# the storage cannot be reached, apart from 1 (migrations missing), so that serve can tell them
+# apart: a ClickHouse server that does not answer yet is waited for by the worker, as before.
+CHECK_UNREACHABLE = 3
+
+
 @main.command()
 @click.option(
     "--quiet",
@@ -44,11 +50,18 @@ def main() -> None:
     help="Print nothing when there is nothing new (new migrations and retention changes are "
     "still said).",
 )
-def migrate(quiet: bool) -> None:
+@click.option(
+    "--check",
+    is_flag=True,
+    hidden=True,
+    help="Apply nothing: exit 1, naming them, when the database has recorded migrations but "
+    "lacks some of this release's (what `tally serve --no-migrate` checks at start).",
+)
+def migrate(quiet: bool, check: bool) -> None:
     """Apply schema/ and the retention TTL (TALLY_RETENTION_DAYS) to the configured ClickHouse
     (idempotent, ordered, recorded)."""
     from .storage.client import Storage, parse_url
-    from .storage.migrate import migrate_schema, retention_report
+    from .storage.migrate import migrate_schema, missing_migrations, retention_report
 
     settings = load_settings()
     _setup_logging(settings)
@@ -64,7 +77,34 @@ def migrate(quiet: bool) -> None:
     try:
         storage = Storage(target, pool_size=1, cluster=settings.clickhouse_cluster)
     except Exception as exc:
-        raise SystemExit(f"tally: cannot reach {target.description}: {exc}") from None
+        if target.kind == "chdb" and "Cannot lock file" in str(exc):
+            # another process opened the engine between the check above and here
+            raise SystemExit(_folder_in_use(settings, _engine_holder(settings) or 0)) from None
+        message = f"tally: cannot reach {target.description}: {exc}"
+        if check:
+            click.echo(message, err=True)
+            raise SystemExit(CHECK_UNREACHABLE) from None
+        raise SystemExit(message) from None
+    if check:
+        try:
+            missing = missing_migrations(storage)
+        except Exception as exc:
+            click.echo(f"tally: cannot read the schema of {target.description}: {exc}", err=True)
+            raise SystemExit(CHECK_UNREACHABLE) from None
+        finally:
+            storage.close()
+        if missing is None:
+            # A first install: the migrate step may be running beside this server, which answers
+            # 503 until the tables exist (docs/operations.md, "Schema upgrades").
+            log.warning("no schema in %s yet: run `tally migrate`", target.description)
+        elif missing:
+            raise SystemExit(
+                f"tally: the schema of {target.description} is behind this release of Tally: "
+                f"{len(missing)} migration(s) not applied ({', '.join(missing)}). Run `tally "
+                "migrate` with this release (deploy/: the tally-migrate Compose service or "
+                "Kubernetes Job), then start it again."
+            )
+        return
     try:
         done = migrate_schema(storage, settings.retention_days)
     except Exception as exc:
@@ -73,8 +113,12 @@ def migrate(quiet: bool) -> None:
         storage.close()
     retention = retention_report(done.retention, settings.retention_days)
     if done.new:
+        names = [
+            f"{name} (again: its SQL changed since it was applied)" if name in done.again else name
+            for name in done.new
+        ]
         click.echo(
-            f"applied {len(done.new)} migration(s) to {target.description}: " + ", ".join(done.new)
+            f"applied {len(done.new)} migration(s) to {target.description}: " + ", ".join(names)
         )
     if retention:
         click.echo(retention)
@@ -199,6 +243,14 @@ def serve(host: str, port: int, workers: int, migrate: bool) -> None:
         done = subprocess.run([sys.executable, "-m", "tally", "migrate", "--quiet"], env=env)
         if done.returncode != 0:
             raise SystemExit("tally: not starting, the schema could not be applied (see above)")
+    else:
+        # The schema is someone else's step (a migrate Job): make sure it ran for this release.
+        # Served on an older schema, the health check said ok and breakdowns answered 503.
+        done = subprocess.run([sys.executable, "-m", "tally", "migrate", "--check"], env=env)
+        if done.returncode == CHECK_UNREACHABLE and not settings.embedded:
+            log.warning("the schema could not be checked (see above); the worker waits for it")
+        elif done.returncode != 0:
+            raise SystemExit("tally: not starting (see above)")
     os.environ.update(settings_to_env(settings))
     # Workers die with this process (tally.supervision.exit_with_parent reads it).
     os.environ[PARENT_ENV] = str(os.getpid())
@@ -283,16 +335,68 @@ def _hold_engine_folder(settings: Settings, allowed: int = 0) -> None:
     # Next to the engine's folder (by default <data dir>/clickhouse.lock), not inside it.
     holder = hold_lock(engine.with_name(engine.name + ".lock"))
     if holder is None or (allowed and holder == allowed):
+        # Ours. A Tally from before the lock file (or any other program using chDB) may have the
+        # engine open all the same: the engine's own lock, on its status file, says so.
+        other = _engine_holder(settings)
+        if other is not None:
+            raise SystemExit(_folder_in_use(settings, other))
         return
+    raise SystemExit(_folder_in_use(settings, holder, tally=True))
+
+
+def _engine_folder(settings: Settings) -> Path:
+    from .storage.client import parse_url
+
+    return Path(parse_url(settings.storage_url, settings.clickhouse_database).path)
+
+
+def _engine_holder(settings: Settings) -> int | None:
+    """The PID of a process that has the embedded engine of ``settings`` open (0 if it cannot be
+    told), or None when none has. The engine holds an exclusive ``flock`` on ``status`` in its
+    folder while it is open, and writes ``PID: N`` in it."""
+    import fcntl
+
+    status = _engine_folder(settings) / "status"
+    try:
+        fd = os.open(status, os.O_RDONLY)
+    except OSError:
+        return None  # never opened, or not readable: the engine itself will say
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.read(fd, 4096).decode(errors="replace")
+        else:
+            return None  # free (the lock goes with the descriptor, closed below)
+    finally:
+        os.close(fd)
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "PID" and value.strip().isdigit():
+            pid = int(value)
+            return pid if Path(f"/proc/{pid}").exists() or not Path("/proc").is_dir() else 0
+    return 0
+
+
+def _folder_in_use(settings: Settings, holder: int, tally: bool = False) -> str:
+    """The refusal for a folder whose engine another process has (``tally``: a current Tally,
+    known by its lock file)."""
+    engine = _engine_folder(settings)
     process = f"PID {holder}" if holder else "its PID unknown"
     if engine.is_relative_to(settings.data_path):
         folder, other = f"the data folder {settings.data_path}", "TALLY_DATA_DIR"
     else:
         folder, other = f"the embedded ClickHouse folder {engine}", "TALLY_CLICKHOUSE_URL"
-    raise SystemExit(
-        f"tally: {folder} is in use by another Tally process ({process}); the embedded "
-        f"ClickHouse engine allows one process per folder. Stop that server first, or give this "
-        f"one another {other}."
+    if tally:
+        who = f"another Tally process ({process})"
+    else:
+        who = (
+            f"another process ({process}; perhaps an older Tally, which holds no "
+            f"{engine.name}.lock)"
+        )
+    return (
+        f"tally: {folder} is in use by {who}; the embedded ClickHouse engine allows one process "
+        f"per folder. Stop that server first, or give this one another {other}."
     )
 
 

@@ -1,13 +1,22 @@
 """Apply ``schema/`` in order and record what was applied.
 
 Each file is idempotent on its own (``IF NOT EXISTS``), and the record lets ``tally migrate``
-report what is new. Applying everything twice changes nothing. A migration already recorded (same
-checksum) has its DDL applied again, which is cheap and idempotent, but not its one-time
-backfills (``INSERT ... SELECT`` over what is stored, ``MATERIALIZE PROJECTION`` for the parts
-stored before): those ran when it was applied and its views and projections keep up since. Run
-at every ``tally serve`` start, schema 012's read every stored event again (about 20 s at 11M
-events) and added a second copy of its rows to ``sessions_quarter``
-until merges combined them (session-dimension breakdowns about half as fast meanwhile).
+report what is new. Applying everything twice changes nothing. A migration already recorded has
+its DDL applied again, which is cheap and idempotent, but not its one-time backfills (``INSERT
+... SELECT`` over what is stored, ``MATERIALIZE PROJECTION`` for the parts stored before): those
+ran when it was applied and its views and projections keep up since. Run at every ``tally
+serve`` start, schema 012's read every stored event again (about 20 s at 11M events) and added a
+second copy of its rows to ``sessions_quarter`` until merges combined them (session-dimension
+breakdowns about half as fast meanwhile).
+
+"Already recorded" means: recorded with the text it has now, or with an earlier text that differs
+from it only in SQL comments and whitespace. The record holds the checksum of the whole file (what
+every release has recorded, so a release rolled back to still recognises it); what it is compared
+by is :attr:`Migration.sql_checksum`, over the SQL alone (:func:`sql_text`). Earlier texts are
+known by :data:`RECORDED_TEXTS`: every whole-file checksum a released file has had, with the SQL
+checksum of that text. A record of a text whose SQL differs (schema 012 as first released, before
+its ``ends_*`` columns) is applied again, backfills included: the later text is what the database
+needs. A checksum not known at all (a file edited by hand) is applied again too, with a warning.
 
 The same files serve one node (embedded engine or a ClickHouse server) and a cluster. On one
 node they run as written, ``${db}`` replaced by the database. On a cluster (``cluster`` names a
@@ -32,7 +41,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from string import Template
@@ -207,6 +216,58 @@ def split_statements(sql: str) -> list[str]:
     return out
 
 
+# A schema file's text in pieces: a quoted string or identifier (kept as it is: a column comment
+# or a literal is SQL), a run of whitespace and comments (one space), anything else (kept, a
+# quote left open included).
+_SQL_PIECE = re.compile(
+    r"""(?P<quoted>'(?:[^'\\]|\\.|'')*'|"(?:[^"\\]|\\.|"")*"|`(?:[^`\\]|\\.|``)*`)"""
+    r"""|(?P<gap>(?:\s|--[^\n]*|/\*.*?\*/)+)"""
+    r"""|[^'"`\s/-]+|.""",
+    re.DOTALL,
+)
+
+
+def sql_text(sql: str) -> str:
+    """``sql`` without its comments (``--`` and ``/* */`` outside quotes), every run of whitespace
+    and comments one space: two texts with the same SQL give the same string. Its checksum is
+    :attr:`Migration.sql_checksum`, compared with :data:`RECORDED_TEXTS`: change this and every
+    recorded migration counts as changed (tests/test_migrate.py pins it)."""
+    return "".join(" " if m["gap"] else m[0] for m in _SQL_PIECE.finditer(sql)).strip()
+
+
+def _checksum(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# Every text each released schema file has had: the checksum of the whole file (what `tally
+# migrate` recorded in schema_migrations) -> the checksum of its SQL (:func:`sql_text`). Derived
+# from `git log -p -- schema/` (tests/test_upgrade_recorded.py checks every entry against the
+# history, and that the current files are listed). Entries are never removed: databases keep the
+# records. Earlier texts:
+# - 002 at 1ab52be (before ca46513 replaced session_ends by the ends of sessions_daily): other SQL.
+# - 012 at 3746593 (before e24fd2d added ends_unstated/ends_stated, their view and backfill): other
+#   SQL, so it is applied again, the backfill included (idempotent: mins, maxes and ends read once).
+# - 014 at 7ed35d5 and 015 at 120a0c0: their header comments only (cost figures); the same SQL.
+RECORDED_TEXTS: dict[int, dict[str, str]] = {
+    1: {"d6f325b724c4b5d6": "e6da72ba72f26070"},
+    2: {"ca734156e575f5ea": "01664b372fec6e1f", "39bc2010c2974eff": "7f1e5ee56a194259"},
+    3: {"050cedbc3baf551b": "ac2ab26c4d7c3856"},
+    4: {"9f4774daa1140b45": "a7e5806fcc683691"},
+    5: {"f1084c81e68f8873": "df12af427fffd96a"},
+    6: {"41e85bcfa3fb4db6": "0d1b42c20f9b9d0a"},
+    7: {"768d0436ec9a05b2": "ec3ce422d2e922da"},
+    8: {"4ae5099de9f01868": "08499a52198527de"},
+    9: {"9d82b552e60e1f15": "a31fe899e3f5eb01"},
+    10: {"3c6bec39e67d6994": "eddd57abf4bacc5a"},
+    11: {"e269f0658146a13a": "2617de4d37de4379"},
+    12: {"6f9da9523ec4591f": "25146dbcd1f48391", "59002a9393b45a63": "c3ab8b28988ba14f"},
+    13: {"c8623bc369b58a72": "3e74355c2ee8039d"},
+    14: {"f59afedadcd103d8": "77ced5744c4b7046", "b96c90d9e4fc2fec": "77ced5744c4b7046"},
+    15: {"12c07a90ca528235": "3a67131ef1a9c689", "472846f45021a40b": "3a67131ef1a9c689"},
+    16: {"b602f04aa0e90db6": "c3691f959f01c40b"},
+}
+
+
 @dataclass(frozen=True)
 class Migration:
     version: int
@@ -215,7 +276,26 @@ class Migration:
 
     @property
     def checksum(self) -> str:
-        return hashlib.sha256(self.sql.encode()).hexdigest()[:16]
+        """Of the whole file: what is recorded in ``schema_migrations``."""
+        return _checksum(self.sql)
+
+    @property
+    def sql_checksum(self) -> str:
+        """Of its SQL alone (:func:`sql_text`): what a record is compared by."""
+        return _checksum(sql_text(self.sql))
+
+    def recorded_as(self, recorded: str | None) -> str:
+        """What a record of ``recorded`` (a whole-file checksum; None: no record) says of this
+        migration: ``"applied"`` (this text, or one with the same SQL), ``"new"`` (no record),
+        ``"changed"`` (an earlier text with other SQL) or ``"unknown"`` (a text no release had)."""
+        if recorded is None:
+            return "new"
+        if recorded == self.checksum:
+            return "applied"
+        earlier = RECORDED_TEXTS.get(self.version, {}).get(recorded)
+        if earlier is None:
+            return "unknown"
+        return "applied" if earlier == self.sql_checksum else "changed"
 
     def statements(self, database: str, cluster: str = "") -> list[str]:
         """The file's statements for ``database``, rendered for ``cluster`` when one is named."""
@@ -346,6 +426,8 @@ class Migrated:
 
     new: list[str]
     retention: list[str]
+    # Of ``new``: those recorded before with a text of other SQL, applied again (backfills too).
+    again: list[str] = field(default_factory=list)
 
 
 def migrate(storage: Storage, retention_days: int = 0) -> list[str]:
@@ -366,8 +448,20 @@ def migrate_schema(storage: Storage, retention_days: int = 0) -> Migrated:
     storage.command(migrations_table(storage.database, cluster))
     before = applied_versions(storage)
     new: list[str] = []
+    again: list[str] = []
     for migration in load_migrations():
-        recorded = before.get(migration.version) == migration.checksum
+        state = migration.recorded_as(before.get(migration.version))
+        recorded = state == "applied"
+        if state in ("changed", "unknown"):
+            again.append(migration.name)
+            log.warning(
+                "%s was recorded with checksum %s, %s; applying it again, backfills included",
+                migration.name,
+                before[migration.version],
+                "an earlier text of other SQL"
+                if state == "changed"
+                else "a text no release of Tally had (edited by hand?)",
+            )
         for statement in migration.statements(storage.database, cluster):
             if recorded and _BACKFILL.match(statement):
                 continue  # a one-time backfill: it ran when the migration was applied
@@ -381,4 +475,24 @@ def migrate_schema(storage: Storage, retention_days: int = 0) -> Migrated:
             new.append(migration.name)
             log.info("applied %s", migration.name)
     retention = apply_retention(storage, retention_days)
-    return Migrated(new, retention)
+    return Migrated(new, retention, again)
+
+
+def missing_migrations(storage: Storage) -> list[str] | None:
+    """The migrations of this release that the database has not recorded as applied (not
+    recorded, or recorded with an earlier text of other SQL): what ``tally serve --no-migrate``
+    refuses to start without. None when it has recorded none at all (no schema yet). Creates
+    nothing."""
+    exists = storage.query(
+        "SELECT count() FROM system.tables WHERE database = {db:String} "
+        "AND name = 'schema_migrations'",
+        {"db": storage.database},
+    )
+    before = applied_versions(storage) if exists[0][0] else {}
+    if not before:
+        return None
+    return [
+        m.name
+        for m in load_migrations()
+        if m.recorded_as(before.get(m.version)) in ("new", "changed")
+    ]
