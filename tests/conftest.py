@@ -198,10 +198,16 @@ def migrate_before(storage: Storage, version: int) -> None:
     for migration in load_migrations():
         if migration.version >= version:
             break
-        for statement in migration.statements(storage.database):
-            storage.command(statement)
-        storage.insert(
-            f"{storage.database}.schema_migrations",
-            [[migration.version], [migration.name], [migration.checksum]],
-            ["version", "name", "checksum"],
-        )
+        apply_recorded(storage, migration)
+
+
+def apply_recorded(storage: Storage, migration: Any) -> None:
+    """Apply ``migration`` (a storage.migrate.Migration) and record it, as the migrate of its
+    release did."""
+    for statement in migration.statements(storage.database):
+        storage.command(statement)
+    storage.insert(
+        f"{storage.database}.schema_migrations",
+        [[migration.version], [migration.name], [migration.checksum]],
+        ["version", "name", "checksum"],
+    )
