@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import threading
 import time
 from datetime import UTC, datetime
 
@@ -50,12 +51,35 @@ def iso(dt: datetime) -> str:
     return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
 
 
+# Row versions of the versioned tables (projects, api_keys: ReplacingMergeTree keeps a row's
+# highest version). Microseconds since the epoch, but never trusted to be above what is stored:
+# the wall clock may be set back (an NTP correction, a VM restored) while the process runs or
+# between two runs. So a version is also above the last one this process handed out, above the
+# versions it saw stored (:func:`follow_version`), and above the version of the row it
+# supersedes (``above``), whatever the clock says.
+# Versions from here up are deleted markers' (storage/projects.py adds 2^62): never followed, or
+# every later version would be a marker's.
+MARKER_VERSIONS = 1 << 62
 _last_version = 0
+_version_lock = threading.Lock()
 
 
-def next_version() -> int:
-    """A strictly increasing row version (microseconds since the epoch) for this process."""
+def next_version(above: int = 0) -> int:
+    """A row version: strictly increasing in this process, above ``above`` (the version of the
+    row it replaces, read in the same operation) and at least the wall clock's microseconds."""
     global _last_version
-    now = time.time_ns() // 1000
-    _last_version = max(now, _last_version + 1)
-    return _last_version
+    with _version_lock:
+        now = time.time_ns() // 1000
+        floor = above if above < MARKER_VERSIONS else 0
+        _last_version = max(now, _last_version + 1, floor + 1)
+        return _last_version
+
+
+def follow_version(seen: int) -> None:
+    """Versions handed out from now on exceed ``seen``, a version read from storage (written
+    by another process, or before this process started with its clock set back)."""
+    global _last_version
+    if seen >= MARKER_VERSIONS:
+        return
+    with _version_lock:
+        _last_version = max(_last_version, seen)

@@ -352,9 +352,8 @@ def ingest_backlog(state: State) -> s.IngestBacklog:
         segments=backlog.segments,
         events=backlog.events,
         bytes=backlog.bytes,
-        oldest_age_seconds=(
-            None if backlog.oldest_ms is None else max(0.0, time.time() - backlog.oldest_ms / 1000)
-        ),
+        # By the monotonic clock (the wall clock may be set back while the event waits).
+        oldest_age_seconds=backlog.oldest_age_seconds,
         acknowledged_events=state.ingest.acknowledged,
         inserts=loader.inserts,
         loaded_events=loader.loaded_events,

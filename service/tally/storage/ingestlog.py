@@ -6,6 +6,14 @@ claims a slot again and finds what an earlier process left there. A slot holds *
 ``<seq>-<created_ms>.seg``, append-only, each loaded into ClickHouse with one INSERT
 (storage/loader.py) and deleted only after that INSERT succeeded.
 
+Stamps. The time in a segment's name is the earliest wall-clock time at which it was begun or any
+of its records acknowledged: every event acknowledged before it is loaded (``pending_since``,
+the dashboard's ``dataThrough``). The clock may be set back while a segment is open (an NTP
+correction): a record acknowledged at an earlier time than the name's renames the segment to
+that time before it is acknowledged, and a segment recovered from disk is named by the earliest
+of its records' times. Ages (the health endpoint's) are measured on the monotonic clock, from the
+wall-clock stamp only for segments recovered from disk.
+
 Records. Every record is framed: ``length (u32) | crc32 (u32) | body``, the body being
 ``kind (u8) | acknowledge time in ms (i64) | rows (u32) | payload``. The first record of a
 segment is its header: JSON with the segment's id (the INSERT's deduplication token) and its
@@ -54,6 +62,7 @@ __all__ = [
     "Segment",
     "encode_rows",
     "frame",
+    "pending_segments",
     "pending_since",
     "read_segment",
     "write_segment",
@@ -170,14 +179,13 @@ def write_segment(
     return segment_id
 
 
-def pending_since(root: Path) -> int | None:
-    """The creation time (ms) of the oldest segment in any slot under ``root``: every event
-    acknowledged before it has been loaded. None when no segment waits."""
-    oldest: int | None = None
+def pending_segments(root: Path) -> dict[tuple[str, int], int]:
+    """The segments waiting in any slot under ``root``: (slot, seq) -> the stamp in its name."""
+    found: dict[tuple[str, int], int] = {}
     try:
         slots = list(os.scandir(root))
     except OSError:
-        return None
+        return found
     for slot in slots:
         try:
             names = os.listdir(slot.path)
@@ -186,19 +194,29 @@ def pending_since(root: Path) -> int | None:
         for name in names:
             match = SEGMENT_NAME.match(name)
             if match:
-                created = int(match.group(2))
-                oldest = created if oldest is None else min(oldest, created)
-    return oldest
+                key = (slot.name, int(match.group(1)))
+                stamp = int(match.group(2))
+                found[key] = min(stamp, found.get(key, stamp))
+    return found
+
+
+def pending_since(root: Path) -> int | None:
+    """The stamp (ms) of the oldest segment in any slot under ``root``: every event
+    acknowledged before it has been loaded. None when no segment waits."""
+    return min(pending_segments(root).values(), default=None)
 
 
 @dataclass
 class Segment:
     path: Path
     seq: int
+    # The stamp in its name: when it was begun, or the earliest acknowledgement in it when that
+    # is earlier (the clock set back meanwhile).
     created_ms: int
     size: int = 0  # bytes of complete records
     events: int = 0
     sealed: bool = False
+    # When it was begun on the monotonic clock (for a recovered segment: from its stamp).
     created_mono: float = 0.0
     fd: int = -1
 
@@ -209,6 +227,20 @@ class Backlog:
     events: int
     bytes: int
     oldest_ms: int | None
+    oldest_age_seconds: float | None = None  # by the monotonic clock; never negative
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _restamp(segment: Segment, stamp_ms: int) -> None:
+    """Rename ``segment`` to carry ``stamp_ms``, an earlier time than its name's (the file is
+    open for appends or not: a rename keeps the descriptor)."""
+    path = segment.path.with_name(f"{segment.seq:012d}-{stamp_ms}.seg")
+    os.rename(segment.path, path)
+    segment.path, segment.created_ms = path, stamp_ms
+    _fsync_dir(path.parent)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -246,8 +278,14 @@ def _try_claim(path: Path) -> Slot | None:
     return Slot(path, fd)
 
 
-def _recover(slot: Slot) -> None:
-    """Read the segments an earlier process left in ``slot``, cutting torn tails."""
+def _recover(
+    slot: Slot,
+    wall_ms: Callable[[], int] = _wall_ms,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> None:
+    """Read the segments an earlier process left in ``slot``, cutting torn tails; each is named
+    by the earliest of its stamps (its records' times included: it may have been written by a
+    Tally that did not rename it when the clock was set back)."""
     found = []
     for name in os.listdir(slot.path):
         match = SEGMENT_NAME.match(name)
@@ -270,9 +308,15 @@ def _recover(slot: Slot) -> None:
             with open(path, "r+b") as fh:
                 fh.truncate(contents.good)
                 os.fsync(fh.fileno())
-        slot.segments.append(
-            Segment(path, seq, created_ms, contents.good, contents.events, sealed=True)
-        )
+        segment = Segment(path, seq, created_ms, contents.good, contents.events, sealed=True)
+        earliest = min([created_ms, *(ack for ack, _, _ in contents.records)])
+        if contents.created_ms > 0:
+            earliest = min(earliest, contents.created_ms)
+        if earliest < created_ms:
+            _restamp(segment, earliest)
+        # Its age so far by the wall clock (all there is), then by the monotonic clock.
+        segment.created_mono = monotonic() - max(0.0, (wall_ms() - segment.created_ms) / 1000)
+        slot.segments.append(segment)
 
 
 class IngestLog:
@@ -288,7 +332,12 @@ class IngestLog:
         seal_age: float,
         noop: bool = False,
         pause: Pause = _no_pause,
+        wall_ms: Callable[[], int] = _wall_ms,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        # The clocks: the wall clock stamps segments and records, the monotonic one measures
+        # ages (tests set the wall clock back through ``wall_ms``).
+        self.wall_ms, self.monotonic = wall_ms, monotonic
         self.root = root
         self.columns = tuple(columns)
         self.cap_bytes = cap_bytes
@@ -331,7 +380,7 @@ class IngestLog:
         else:
             raise LogRefused(f"all {MAX_SLOTS} log slots under {self.root} are taken")
         try:
-            _recover(slot)
+            _recover(slot, self.wall_ms, self.monotonic)
         except OSError:
             slot.release()
             raise
@@ -360,7 +409,7 @@ class IngestLog:
             if slot is None:
                 continue
             try:
-                _recover(slot)
+                _recover(slot, self.wall_ms, self.monotonic)
             except OSError as exc:
                 log.warning("cannot recover %s: %s", path, exc)
                 slot.release()
@@ -477,7 +526,7 @@ class IngestLog:
     def _commit(self, payloads: list[bytes], rows: int) -> None:
         """One write and one fsync for a whole group (in a thread, under the lock)."""
         segment = self._active or self._new_segment()
-        ack_ms = int(time.time() * 1000)
+        ack_ms = self.wall_ms()
         data = frame(ROWS, ack_ms, rows, b"".join(payloads))
         start = segment.size
         try:
@@ -493,6 +542,11 @@ class IngestLog:
                 if written >= half and written - n < half:
                     self._pause("mid_append", True)
             os.fsync(segment.fd)
+            # The clock set back since the segment was begun: its name must not claim these
+            # rows were acknowledged after a time they were acknowledged before.
+            earliest = min(ack_ms, self.wall_ms())
+            if earliest < segment.created_ms:
+                _restamp(segment, earliest)
         except OSError:
             # Undo: the file ends with its last complete record again. If even that fails, the
             # segment is sealed at that length and recovery cuts the rest (checksums).
@@ -513,7 +567,7 @@ class IngestLog:
         if self.slot is None:
             self.open()
         assert self.slot is not None
-        created_ms = int(time.time() * 1000)
+        created_ms = self.wall_ms()
         seq = self._next_seq
         path = self.slot.path / f"{seq:012d}-{created_ms}.seg"
         header = header_record(uuid.uuid4().hex, self.columns, created_ms)
@@ -529,7 +583,7 @@ class IngestLog:
                 path.unlink()
             raise
         self._next_seq = seq + 1
-        segment = Segment(path, seq, created_ms, len(header), created_mono=time.monotonic(), fd=fd)
+        segment = Segment(path, seq, created_ms, len(header), created_mono=self.monotonic(), fd=fd)
         self.slot.segments.append(segment)
         self._active = segment
         return segment
@@ -549,11 +603,17 @@ class IngestLog:
         """Seconds until the active segment is old enough to seal; None without one."""
         if self._active is None:
             return None
-        return max(0.0, self._active.created_mono + self.seal_age - time.monotonic())
+        return max(0.0, self._active.created_mono + self.seal_age - self.monotonic())
 
     def active_since_ms(self) -> int | None:
-        """When this process's active segment was begun (epoch ms); None without one."""
+        """The stamp of this process's active segment (epoch ms: when it was begun, or its
+        earliest acknowledgement); None without one."""
         return None if self._active is None else self._active.created_ms
+
+    def active_key(self) -> tuple[str, int] | None:
+        """The active segment as :func:`pending_segments` names it; None without one."""
+        active = self._active
+        return None if active is None else (active.path.parent.name, active.seq)
 
     async def seal(self, force: bool = False) -> None:
         """Seal the active segment if it is old enough (or ``force``)."""
@@ -598,17 +658,21 @@ class IngestLog:
         return sum(s.size for s in self._all())
 
     def data_through_ms(self) -> int:
-        """A time before which every acknowledged event is loaded (readable): the creation of
-        the oldest segment not yet loaded, in any slot of this data folder, else now."""
-        now = int(time.time() * 1000)
+        """A time before which every acknowledged event is loaded (readable): the stamp of the
+        oldest segment not yet loaded, in any slot of this data folder (its earliest
+        acknowledgement when the clock was set back meanwhile), else now."""
+        now = self.wall_ms()
         oldest = None if self.noop else pending_since(self.root)
         return now if oldest is None else min(now, oldest)
 
     def backlog(self) -> Backlog:
         segments = self._all()
+        waiting = [s for s in segments if s.events]
+        begun = min((s.created_mono for s in waiting), default=None)
         return Backlog(
             segments=len(segments),
             events=sum(s.events for s in segments),
             bytes=sum(s.size for s in segments),
-            oldest_ms=min((s.created_ms for s in segments if s.events), default=None),
+            oldest_ms=min((s.created_ms for s in waiting), default=None),
+            oldest_age_seconds=None if begun is None else max(0.0, self.monotonic() - begun),
         )

@@ -7,6 +7,12 @@ A request with an unknown key waits for the next early refresh, of which there i
 a flood of invalid keys costs at most a couple of queries a second. Keys created or revoked by
 this process take effect immediately. Last-use times are kept here and written in one INSERT
 every few seconds.
+
+No wall-clock time decides anything here: the clock may be set back while a worker runs (an NTP
+correction), and a row written after that carries an older time than rows written before it.
+A revocation is final (a revoked key is never live again), so applying one drops the key whatever
+its times; the refresh asks for rows by their version, which is always above the version of the
+row it replaces (storage/projects.py), not by their ``updated_at``.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from ..domain.ids import utcnow
 from .client import StorageUnavailable
@@ -24,9 +30,10 @@ from .projects import KeyRecord, ProjectStore
 
 log = logging.getLogger("tally.keys")
 
-# Rows written by another process may carry an updated_at slightly older than the moment they
-# became visible; re-reading this much history makes the incremental refresh safe against that.
-_OVERLAP = timedelta(seconds=30)
+# Rows written by another process may carry a version (microseconds) slightly below the highest
+# one read before they became visible (an INSERT under way, another process's clock a little
+# behind); re-reading this much version history makes the incremental refresh safe against that.
+_OVERLAP = 30_000_000
 
 
 class KeyRegistry:
@@ -46,8 +53,8 @@ class KeyRegistry:
         self.miss_interval = miss_interval
         self.usage_interval = usage_interval
         self._live: dict[str, KeyRecord] = {}  # key_hash -> record
-        self._revoked: dict[str, datetime] = {}  # key_hash -> when it was revoked
-        self._since: datetime | None = None
+        self._revoked: set[str] = set()  # hashes of the keys known revoked: never live again
+        self._since: int | None = None  # the highest row version read
         self._last_refresh = 0.0
         self._refreshing: asyncio.Task[None] | None = None
         self._usage: dict[str, tuple[str, datetime]] = {}
@@ -122,33 +129,28 @@ class KeyRegistry:
         if delay > 0:
             await self._sleep(delay)
         started = self._clock()
-        since = None if self._since is None else self._since - _OVERLAP
+        since = None if self._since is None else max(0, self._since - _OVERLAP)
         changes = await asyncio.to_thread(self.store.key_changes, since)
         for record in changes:
             self.apply(record)
-            if self._since is None or record.updated_at > self._since:
-                self._since = record.updated_at
+            if self._since is None or record.version > self._since:
+                self._since = record.version
         self._last_refresh = started
         self.refreshes += 1
 
     def apply(self, record: KeyRecord) -> None:
         """Take a key's current state into memory (called for this process's own changes too).
 
-        Revocations are remembered: a refresh that read the key before it was revoked and lands
-        after the revocation was applied must not bring the key back."""
+        Revocations are final and remembered: the key is dropped at once, whatever the times
+        or versions say (a revocation stamped by a clock set back since the key was read), and a
+        refresh that read the key before it was revoked and lands after the revocation was
+        applied does not bring it back."""
         if record.revoked:
-            known = self._revoked.get(record.key_hash)
-            if known is None or known < record.updated_at:
-                self._revoked[record.key_hash] = record.updated_at
+            self._revoked.add(record.key_hash)
+            self._live.pop(record.key_hash, None)
+        elif record.key_hash not in self._revoked:  # else a stale read of a key revoked since
             current = self._live.get(record.key_hash)
-            if current is not None and current.updated_at <= record.updated_at:
-                del self._live[record.key_hash]
-        else:
-            revoked_at = self._revoked.get(record.key_hash)
-            if revoked_at is not None and revoked_at >= record.updated_at:
-                return  # a stale read of a key revoked since
-            current = self._live.get(record.key_hash)
-            if current is None or current.updated_at <= record.updated_at:
+            if current is None or current.version <= record.version:
                 self._live[record.key_hash] = record
 
     def forget(self, key_hash: str) -> None:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .ingestlog import IngestLog, Pause, Segment, _no_pause, read_segment
+from .ingestlog import IngestLog, Pause, Segment, _no_pause, pending_segments, read_segment
 
 __all__ = ["Loader", "SegmentInsert"]
 
@@ -107,10 +107,18 @@ class Loader:
         in every slot of this data folder: this process's active segment is sealed at once when
         it was begun before then, other processes' segments load at their seal age. The log's
         ``data_through_ms`` is the measure, so this also waits for the clock to pass ``cut_ms``;
-        while ClickHouse refuses the INSERTs it waits on (the caller bounds it)."""
-        while self.log.data_through_ms() < cut_ms:
+        while ClickHouse refuses the INSERTs it waits on (the caller bounds it). The segments
+        the log holds at the call are waited for too, whatever their stamps: after the clock
+        was set back, events acknowledged before the call may carry later times than
+        ``cut_ms``."""
+        held = set(pending_segments(self.log.root)) if not self.log.noop else set()
+        while True:
+            pending = pending_segments(self.log.root) if held else {}
+            held &= set(pending)
+            if not held and self.log.data_through_ms() >= cut_ms:
+                return
             begun = self.log.active_since_ms()
-            if begun is not None and begun < cut_ms:
+            if (begun is not None and begun < cut_ms) or self.log.active_key() in held:
                 await self.log.seal(force=True)
             await asyncio.sleep(0.02)
 

@@ -8,10 +8,20 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 
-from ..domain.ids import as_utc, hash_key, key_preview, new_api_key, next_version, object_id, utcnow
+from ..domain.ids import (
+    MARKER_VERSIONS,
+    as_utc,
+    follow_version,
+    hash_key,
+    key_preview,
+    new_api_key,
+    next_version,
+    object_id,
+    utcnow,
+)
 from ..domain.projects import DEFAULT_EXCLUDE_BOTS, DEFAULT_TIMEZONE, ProjectSettings
 from .client import Storage
 from .purge import purge_project
@@ -36,7 +46,7 @@ PROJECT_COLUMNS = (
 # A deleted marker's version is raised by this much (2^62, far above any microsecond count), so
 # that it is the project's last version whatever is written after it: a PATCH of another process
 # that read the project before the deletion writes a version that FINAL and merges discard.
-DELETED_VERSION_OFFSET = 1 << 62
+DELETED_VERSION_OFFSET = MARKER_VERSIONS  # 1 << 62
 DEFAULT_LABEL = "Default"
 UNTITLED_LABEL = "Untitled"
 KEY_COLUMNS = (
@@ -59,6 +69,8 @@ class ProjectRow:
     created_at: datetime
     timezone: str = DEFAULT_TIMEZONE
     exclude_bots: bool = DEFAULT_EXCLUDE_BOTS
+    # The version of the row it was read from (0: not read): a change writes a higher one.
+    version: int = field(default=0, compare=False)
 
     @property
     def settings(self) -> ProjectSettings:
@@ -83,6 +95,9 @@ class KeyRecord:
     key_hash: str
     revoked: bool
     updated_at: datetime
+    # The row's version: what a refresh compares (updated_at is a wall-clock time, and the clock
+    # may have been set back since the row it replaces was written).
+    version: int = 0
 
 
 class ProjectStore:
@@ -125,9 +140,11 @@ class ProjectStore:
         return [_project(r) for r in rows]
 
     def get_project(self, owner_id: str, project_id: str) -> ProjectRow | None:
-        """The project as listed, when ``owner_id`` owns it and it is not deleted."""
+        """The project as listed, when ``owner_id`` owns it and it is not deleted; with the
+        version of its current row."""
         rows = self.storage.query(
-            f"SELECT id, name, created_at, timezone, exclude_bots FROM {self.db}.projects FINAL "
+            "SELECT id, name, created_at, timezone, exclude_bots, version "
+            f"FROM {self.db}.projects FINAL "
             "WHERE owner_id = {owner:String} AND id = {id:String} AND deleted_at IS NULL",
             {"owner": owner_id, "id": project_id},
         )
@@ -162,7 +179,11 @@ class ProjectStore:
         timezone: str | None = None,
         exclude_bots: bool | None = None,
     ) -> ProjectRow | None:
-        """Write a new version with the given fields changed; None when not the owner's."""
+        """Write a new version with the given fields changed; None when not the owner's.
+
+        The new row's version is above the one read, whatever the clock says (a clock set back
+        since the row was written would otherwise give the PATCH a lower version, and the
+        table would keep the old row)."""
         current = self.get_project(owner_id, project_id)
         if current is None:
             self._forget(project_id)
@@ -175,21 +196,24 @@ class ProjectStore:
         if exclude_bots is not None:
             changes["exclude_bots"] = exclude_bots
         updated = replace(current, **changes)  # type: ignore[arg-type]
-        self._write_project(owner_id, updated, deleted_at=None)
+        version = next_version(current.version)
+        self._write_project(owner_id, updated, deleted_at=None, version=version)
         self._remember(owner_id, project_id, updated.settings)
-        return updated
+        return replace(updated, version=version)
 
     def revoke_project_keys(self, project_id: str) -> list[KeyRecord]:
-        """Revoke every live key of the project in one INSERT; return their new records."""
+        """Revoke every live key of the project in one INSERT; return their new records. Each
+        revoked row's version is above the live row's it replaces, whatever the clock says."""
         rows = self.storage.query(
-            f"SELECT id, key_hash, key_preview, label, created_at FROM {self.db}.api_keys FINAL "
+            "SELECT id, key_hash, key_preview, label, created_at, version "
+            f"FROM {self.db}.api_keys FINAL "
             "WHERE project_id = {project:String} AND revoked_at IS NULL",
             {"project": project_id},
         )
         if not rows:
             return []
         now = utcnow()
-        versions = [next_version() for _ in rows]
+        versions = [next_version(int(r[5])) for r in rows]
         self.storage.insert(
             f"{self.db}.api_keys",
             [
@@ -206,8 +230,15 @@ class ProjectStore:
             KEY_COLUMNS,
         )
         return [
-            KeyRecord(id=r[0], project_id=project_id, key_hash=r[1], revoked=True, updated_at=now)
-            for r in rows
+            KeyRecord(
+                id=r[0],
+                project_id=project_id,
+                key_hash=r[1],
+                revoked=True,
+                updated_at=now,
+                version=version,
+            )
+            for r, version in zip(rows, versions, strict=True)
         ]
 
     def purge_project_rows(self, project_id: str) -> list[str]:
@@ -283,6 +314,7 @@ class ProjectStore:
             key_hash=hash_key(key),
             revoked=False,
             updated_at=now,
+            version=next_version(),
         )
         self._write_key(
             record.id,
@@ -293,6 +325,7 @@ class ProjectStore:
             created_at=now,
             revoked_at=None,
             updated_at=now,
+            version=record.version,
         )
         return key, record
 
@@ -330,21 +363,37 @@ class ProjectStore:
         ]
 
     def revoke_key(self, project_id: str, key_id: str) -> KeyRecord | None:
-        """Mark a key revoked; None when the project has no such live key."""
+        """Mark a key revoked; None when the project has no such live key. The revoked row's
+        version is above the live row's it replaces, whatever the clock says."""
         rows = self.storage.query(
-            f"SELECT id, key_hash, key_preview, label, created_at FROM {self.db}.api_keys FINAL "
+            "SELECT id, key_hash, key_preview, label, created_at, version "
+            f"FROM {self.db}.api_keys FINAL "
             "WHERE project_id = {project:String} AND id = {id:String} AND revoked_at IS NULL",
             {"project": project_id, "id": key_id},
         )
         if not rows:
             return None
-        kid, key_hash, preview, label, created_at = rows[0]
+        kid, key_hash, preview, label, created_at, current = rows[0]
         now = utcnow()
+        version = next_version(int(current))
         self._write_key(
-            kid, project_id, key_hash, preview, label, created_at, revoked_at=now, updated_at=now
+            kid,
+            project_id,
+            key_hash,
+            preview,
+            label,
+            created_at,
+            revoked_at=now,
+            updated_at=now,
+            version=version,
         )
         return KeyRecord(
-            id=kid, project_id=project_id, key_hash=key_hash, revoked=True, updated_at=now
+            id=kid,
+            project_id=project_id,
+            key_hash=key_hash,
+            revoked=True,
+            updated_at=now,
+            version=version,
         )
 
     def _write_key(
@@ -358,6 +407,7 @@ class ProjectStore:
         *,
         revoked_at: datetime | None,
         updated_at: datetime,
+        version: int,
     ) -> None:
         """Write a new version of a key's row (ReplacingMergeTree keeps the highest version)."""
         self.storage.insert(
@@ -371,29 +421,41 @@ class ProjectStore:
                 [created_at],
                 [revoked_at],
                 [updated_at],
-                [next_version()],
+                [version],
             ],
             KEY_COLUMNS,
         )
 
-    def key_changes(self, since: datetime | None) -> list[KeyRecord]:
-        """Current state of every key changed at or after ``since`` (all keys when None)."""
+    def key_changes(self, since: int | None) -> list[KeyRecord]:
+        """Current state of every key with a row of version ``since`` or above (all keys when
+        None). Versions, not ``updated_at``: a row written after the clock was set back carries
+        an older time than rows written before, never a lower version than the row it replaces
+        (:func:`next_version`). This process's versions follow the highest one read."""
         rows = self.storage.query(
             f"""
             SELECT id, argMax(project_id, version), argMax(key_hash, version),
-                   argMax(revoked_at, version) IS NOT NULL, max(updated_at)
+                   argMax(revoked_at, version) IS NOT NULL, argMax(updated_at, version),
+                   max(version)
             FROM {self.db}.api_keys
             GROUP BY id
-            HAVING max(updated_at) >= {{since:DateTime64(3, 'UTC')}}
+            HAVING max(version) >= {{since:UInt64}}
             """,
-            {"since": since or datetime(1970, 1, 1, tzinfo=UTC)},
+            {"since": since or 0},
         )
-        return [
+        records = [
             KeyRecord(
-                id=r[0], project_id=r[1], key_hash=r[2], revoked=bool(r[3]), updated_at=as_utc(r[4])
+                id=r[0],
+                project_id=r[1],
+                key_hash=r[2],
+                revoked=bool(r[3]),
+                updated_at=as_utc(r[4]),
+                version=int(r[5]),
             )
             for r in rows
         ]
+        if records:
+            follow_version(max(r.version for r in records))
+        return records
 
     def record_usage(self, usage: dict[str, tuple[str, datetime]]) -> None:
         """Store last-use times: ``{key_id: (project_id, last_used_at)}`` in one INSERT."""
@@ -414,4 +476,5 @@ def _project(row: tuple[object, ...]) -> ProjectRow:
         created_at=as_utc(row[2]),  # type: ignore[arg-type]
         timezone=str(row[3]),
         exclude_bots=bool(row[4]),
+        version=int(row[5]) if len(row) > 5 else 0,  # type: ignore[call-overload]
     )
