@@ -22,6 +22,8 @@ import pytest
 from conftest import auth, new_project, stored
 from served import Server
 from storage_modes import CLUSTER
+from tally.storage.export import EMBEDDED_SETTINGS, csv_header
+from tally.storage.export import columns as export_columns
 
 FIRST, LAST = date(2026, 1, 10), date(2026, 1, 12)
 RANGE = f"from={FIRST}&to={LAST}"
@@ -411,6 +413,72 @@ def test_openapi_documents_the_export(client: Any) -> None:
     assert all(params[n]["required"] for n in ("projectId", "from", "to"))
     assert params["format"]["schema"]["enum"] == ["csv", "ndjson", "parquet"]
     assert {"200", "400", "401", "404", "429"} <= set(operation["responses"])
+
+
+# --- block boundaries ---------------------------------------------------------------------------
+
+
+def _insert_at(client: Any, project: str, rows: int, first: str, step_ms: int, tag: str) -> None:
+    """``rows`` events from ``first`` (a DateTime64 literal), ``step_ms`` apart (0: all in the
+    same millisecond), in one INSERT: a part of its own."""
+    storage = client.app.state.storage
+    storage.command(
+        f"INSERT INTO {storage.database}.events (project_id, name, occurred_at, received_at, "
+        "path, url) SELECT {p:String}, 'pageview', "
+        "toDateTime64({t:String}, 3, 'UTC') + toIntervalMillisecond(number * {s:UInt64}), "
+        "now64(3), concat({tag:String}, toString(number)), 'https://example.com/a,\"b\"' "
+        "FROM numbers({n:UInt64})",
+        {"p": project, "t": first, "s": step_ms, "tag": f"/{tag}/", "n": rows},
+    )
+
+
+@pytest.mark.parametrize("fmt", ["csv", "ndjson"])
+def test_every_event_comes_once_across_the_engines_blocks(client: Any, user: str, fmt: str) -> None:
+    """The embedded engine makes the file a block of 1,024 rows at a time (storage/export.py:
+    EMBEDDED_SETTINGS), merging the project's parts oldest first. 2,500 events in one
+    millisecond, over two parts, span several blocks; a third part's events, a millisecond apart,
+    run through that millisecond (one of them in it). The file is what one query with the
+    engine's default blocks writes: the same lines, each event once, oldest first, the events of
+    distinct times in the same order. Events of the same millisecond come in the engine's order
+    (not defined)."""
+    assert EMBEDDED_SETTINGS["max_block_size"] * 2 < 2500  # the tie spans blocks
+    project, _ = new_project(client, user)
+    tie = "2026-01-11 12:00:00.000"
+    _insert_at(client, project, 1200, tie, 0, "tie-a")
+    _insert_at(client, project, 1300, tie, 0, "tie-b")
+    _insert_at(client, project, 3000, "2026-01-11 11:59:58.500", 1, "spread")
+    response = export(client, user, f"projectId={project}&{RANGE}&format={fmt}")
+    assert response.status_code == 200, response.text
+
+    storage = client.app.state.storage
+    names = export_columns(storage, hide_ip=False)
+    settings = " SETTINGS output_format_json_escape_forward_slashes = 0" if fmt == "ndjson" else ""
+    with storage.own_client() as own:
+        whole = own.raw_query(
+            f"SELECT {', '.join(f'`{n}`' for n in names)} FROM {storage.database}.events "
+            "WHERE project_id = {p:String} ORDER BY occurred_at" + settings,
+            parameters={"p": project},
+            fmt="CSV" if fmt == "csv" else "JSONEachRow",
+        )
+    body = response.content
+    if fmt == "csv":
+        assert body.startswith(csv_header(names))
+        body = body[len(csv_header(names)) :]
+    lines, expected = body.split(b"\n"), whole.split(b"\n")
+    assert lines[-1] == expected[-1] == b""
+    lines, expected = lines[:-1], expected[:-1]
+    assert len(lines) == 5500
+    assert sorted(lines) == sorted(expected)  # the same rows, none twice, none missing
+    types = column_types(client)
+    rows = READERS[fmt](response.content, types)
+    assert len({r["event_id"] for r in rows}) == 5500
+    times = [r["occurred_at"] for r in rows]
+    assert times == sorted(times)
+    assert sum(1 for r in rows if r["path"].startswith("/tie-")) == 2500
+    tied = datetime(2026, 1, 11, 12, tzinfo=UTC)
+    untied = [line for line, t in zip(lines, times, strict=True) if t != tied]
+    assert untied == [line for line in expected if line in set(untied)]
+    assert len(untied) == 2999
 
 
 # --- a client that goes away --------------------------------------------------------------------
