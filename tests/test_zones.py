@@ -97,8 +97,11 @@ def test_local_midnights_and_today_are_the_engines(client):
     every 6 hours is the engine's ``toDate``. With Python's rules, Vancouver's and Edmonton's
     midnights from November 2026 were an hour off the engine's."""
     storage = client.app.state.storage
-    previous = zones._source
-    zones.use(lambda name: engine_offsets(storage, name))
+
+    def source(name: str):
+        return engine_offsets(storage, name)
+
+    zones.use(source)
     try:
         first = date(2020, 1, 1)
         days = (date(2029, 1, 1) - first).days
@@ -124,7 +127,7 @@ def test_local_midnights_and_today_are_the_engines(client):
             ]
             assert local == list(dates), name
     finally:
-        zones.use(previous)
+        zones.release(source)
 
 
 @pytest.mark.parametrize("zone", ["America/Vancouver", "Africa/Casablanca", "America/Edmonton"])
@@ -173,3 +176,34 @@ def test_one_answer_counts_one_day_by_one_set_of_rules(client, user, zone):
     query = {"site_id": project_id, "metrics": ["events"], "date_range": [str(day), str(day)]}
     v2 = client.post("/api/v2/query", json=query, headers=auth(user)).json()
     assert v2["results"][0]["metrics"] == [expected]
+
+
+def test_an_app_that_stops_leaves_the_engine_rules_of_another_in_use():
+    """Two apps in one process (the tests run several, each with its own start and stop): the
+    one that stops first took the engine's rules away from the other, whose answers then put a
+    Vancouver day's bounds an hour off the engine's (3 of this file's tests, under xdist)."""
+    calls: list[str] = []
+
+    def first(name: str):
+        calls.append(f"first {name}")
+        return (-28_800, [])
+
+    def second(name: str):
+        calls.append(f"second {name}")
+        return (-25_200, [])
+
+    before = zones._current()  # an app of this test process may be running
+    zones.use(first)
+    try:
+        zones.use(second)
+        assert zones.zone("America/Vancouver").utcoffset(datetime(2026, 12, 1)) == timedelta(
+            hours=-7
+        )
+        zones.release(second)
+        vancouver = zones.zone("America/Vancouver")
+        assert isinstance(vancouver, EngineZone)
+        assert vancouver.utcoffset(datetime(2026, 12, 1)) == timedelta(hours=-8)
+        assert calls == ["second America/Vancouver", "first America/Vancouver"]
+    finally:
+        zones.release(first)
+    assert zones._current() is before

@@ -110,26 +110,33 @@ class EngineZone(tzinfo):
 
 
 _lock = threading.Lock()
-_source: OffsetSource | None = None
+# The sources installed, the latest last: the one in use. Every app of a process installs its own
+# on start and releases it on stop (tests run several apps at once, all on one engine).
+_sources: list[OffsetSource] = []
 _zones: dict[str, tzinfo] = {}
 
 
-def use(source: OffsetSource | None) -> None:
-    """Read zone rules from ``source`` (the engine's, storage/zones.py) from now on; ``None``:
-    from Python's ``zoneinfo``. Zones already built are dropped."""
-    global _source
+def _current() -> OffsetSource | None:
+    return _sources[-1] if _sources else None
+
+
+def use(source: OffsetSource) -> None:
+    """Read zone rules from ``source`` (the engine's, storage/zones.py) until it is released.
+    Zones already built are dropped."""
     with _lock:
-        _source = source
+        _sources.append(source)
         _zones.clear()
 
 
 def release(source: OffsetSource) -> None:
-    """Stop reading zone rules from ``source`` if it is still the one in use (an app that
-    stops leaves another's source alone)."""
+    """Stop reading zone rules from ``source``: the source installed before it is used again
+    (Python's ``zoneinfo`` when there is none). Releasing a source not in use does nothing."""
     with _lock:
-        in_use = _source is source
-    if in_use:
-        use(None)
+        if source in _sources:
+            was = _current()
+            _sources.remove(source)
+            if _current() is not was:
+                _zones.clear()
 
 
 def python_zone(name: str) -> ZoneInfo:
@@ -147,7 +154,7 @@ def zone(name: str) -> tzinfo:
     if found is not None:
         return found
     fallback = python_zone(name)
-    source = _source
+    source = _current()
     built: tzinfo = fallback
     if source is not None:
         try:
@@ -160,6 +167,6 @@ def zone(name: str) -> tzinfo:
                 exc,
             )
     with _lock:
-        if _source is source:
+        if _current() is source:
             _zones[name] = built
     return built
