@@ -266,6 +266,9 @@ def serve(host: str, port: int, workers: int, migrate: bool) -> None:
         # A worker killed alone (OOM killer, kill -9) is replaced; one that crashes again within
         # seconds of its start stops the server instead of looping.
         respawn_failed_workers=True,
+        # The request target (path and query string) is capped at 65,534 bytes by granian's HTTP
+        # library (the http crate's Uri), 414 beyond, whatever max_buffer_size says (that bounds
+        # the headers): http/limits.py caps filters at 16 KiB so that every valid query fits.
         http1_settings=HTTP1Settings(
             header_read_timeout=int(settings.header_timeout_seconds * 1000)
         ),

@@ -4,6 +4,7 @@ status."""
 from __future__ import annotations
 
 import logging
+from datetime import date
 from typing import Any
 
 from litestar import MediaType, Request, Response
@@ -19,6 +20,7 @@ from ..domain.query_errors import InvalidQuery
 from ..storage.client import ReportTooLarge
 from ..storage.ingestlog import LogFull, LogRefused
 from ..storage.writer import StorageUnavailable
+from .limits_doc import DEFAULT_DAYS
 from .messages import plain
 from .schemas import Error, ErrorDetail
 
@@ -135,14 +137,78 @@ def report_too_large_handler(
     request: Request[Any, Any, Any], exc: ReportTooLarge
 ) -> Response[Error]:
     """A report over the memory one report may use: asking again would fail again, so 400 (the
-    query string's or the JSON body's), saying what to change."""
+    query string's or the JSON body's), saying what to change: only what this request can
+    change (a one-day range is not made shorter, an unfiltered request has no filter to narrow).
+    ``POST /api/v2/query`` sets ``exc.hints`` (http/v2.py); the GET views' come from their query
+    string."""
     log.warning("%s %s: %s", request.method, request.url.path, exc)
+    hints = getattr(exc, "hints", None)
+    if hints is None:
+        hints = _view_hints(request)
     message = (
         f"needs more memory than one report may use ({exc.limit_mib} MiB, "
-        "TALLY_REPORT_MEMORY_MB); ask for fewer dimensions, a shorter range or a narrower filter"
+        "TALLY_REPORT_MEMORY_MB); "
+        + (f"ask for {_either(hints)}, or have" if hints else "have")
+        + " the server's TALLY_REPORT_MEMORY_MB raised"
     )
     error = INVALID_PAYLOAD if request.method == "POST" else INVALID_QUERY
     return error_response(HTTP_400_BAD_REQUEST, error, [ErrorDetail(path="$", message=message)])
+
+
+def _either(hints: list[str]) -> str:
+    return hints[0] if len(hints) == 1 else ", ".join(hints[:-1]) + " or " + hints[-1]
+
+
+def _range_days(params: Any) -> int:
+    """The days a dashboard or breakdown request covers (validated before any report ran)."""
+    try:
+        if params.get("from") and params.get("to"):
+            first, last = date.fromisoformat(params["from"]), date.fromisoformat(params["to"])
+            return (last - first).days + 1
+        return int(params.get("days") or DEFAULT_DAYS)
+    except (ValueError, TypeError):
+        return DEFAULT_DAYS
+
+
+def _filtered(raw: str | None) -> bool:
+    return bool(raw and raw.strip() not in ("", "[]"))
+
+
+def _view_hints(request: Request[Any, Any, Any]) -> list[str]:
+    """What a ``GET /api/dashboard`` or ``/api/breakdown`` request can ask for instead."""
+    params = request.query_params
+    hints = []
+    days = _range_days(params)
+    if days > 1:
+        hints.append(f"a shorter range (this one has {days} days)")
+    filtered = _filtered(params.get("filters"))
+    if filtered:
+        hints.append("narrower filters")
+    elif request.url.path.rstrip("/") == "/api/breakdown":
+        by = params.get("by") or "value"
+        hints.append(f"a filter that leaves fewer {by} values")
+    return hints
+
+
+def report_hints(
+    dimensions: tuple[str, ...], metrics: tuple[str, ...], days: int, filtered: bool
+) -> list[str]:
+    """What a ``POST /api/v2/query`` over the memory cap can ask for instead."""
+    hints = []
+    if len(dimensions) > 1:
+        hints.append(f"fewer dimensions (this query has {len(dimensions)})")
+    if "time:hour" in dimensions:
+        hints.append("time:day instead of time:hour")
+    if days > 1:
+        hints.append(f"a shorter date_range (this one has {days} days)")
+    visit_metrics = [m for m in metrics if m in ("visits", "bounce_rate", "visit_duration")]
+    if visit_metrics:
+        hints.append("no " + _either(visit_metrics) + " (these read every visit whole)")
+    if filtered:
+        hints.append("narrower filters")
+    elif dimensions:
+        hints.append("a filter that leaves fewer rows")
+    return hints
 
 
 def storage_handler(request: Request[Any, Any, Any] | None, exc: Exception) -> Response[Error]:

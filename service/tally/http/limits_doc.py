@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from ..config import Settings
 from ..domain.events import MAX_USER_AGENT
+from ..domain.filters import MAX_FILTERS, MAX_VALUE_LENGTH, MAX_VALUES
 from ..domain.metrics import MAX_DAYS
-from .limits import SMALL_BODY_BYTES, small_cap
+from .limits import MAX_FILTERS_BYTES, MAX_TARGET_BYTES, SMALL_BODY_BYTES, small_cap
 
 DEFAULT_DAYS = 14  # the API's default window (GET /api/dashboard)
 PAGE_DAYS = 7  # the window the dashboard page opens on (web/app.js DEFAULT_DAYS)
@@ -96,6 +97,17 @@ def rows(settings: Settings | None = None) -> list[tuple[str, str]]:
             "`User-Agent` header",
             f"its first {MAX_USER_AGENT} characters are read (browser, os, device type, bot) "
             "and stored",
+        ),
+        (
+            "`filters` (dashboard, breakdown, `POST /api/v2/query`)",
+            f"at most {MAX_FILTERS} filters of 1–{MAX_VALUES} values of at most "
+            f"{MAX_VALUE_LENGTH} characters each, and at most {MAX_FILTERS_BYTES:,} bytes "
+            f"({size(MAX_FILTERS_BYTES)}) of JSON text in all, as UTF-8 (the parameter's value "
+            "once URL-decoded; in a v2 body, the filters written as compact JSON); 400 beyond. "
+            "So that they fit in a URL: granian takes a request target (path and query string) "
+            f"of at most {MAX_TARGET_BYTES:,} bytes (414 with an empty body beyond, a fixed "
+            f"limit), and {size(MAX_FILTERS_BYTES)} of filters percent-encoded byte by byte is "
+            f"{3 * MAX_FILTERS_BYTES:,} bytes",
         ),
         ("request body", _body(s.max_body_bytes)),
         (

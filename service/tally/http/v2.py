@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -16,10 +15,13 @@ from ..domain.metrics import bounce_rate, mean_ms
 from ..domain.query_errors import InvalidQuery
 from ..domain.stats_v2 import V2Meta, V2Response, V2Row, echo, parse_query
 from ..query import Query
+from ..storage.client import ReportTooLarge
 from ..storage.v2 import fetch_v2
 from .access import asking_user, project_route, project_settings
 from .decoding import check_body
+from .errors import report_hints
 from .gone import while_connected
+from .limits import check_body_filters
 from .messages import plain
 
 # The six metrics of a range with no (kept) events.
@@ -36,14 +38,6 @@ NOTHING: dict[str, Any] = {
 _JSON: msgspec.json.Decoder[object] = msgspec.json.Decoder()
 
 
-def _by(name: str, dimensions: tuple[str, ...]) -> Callable[[tuple[list[str], dict]], Any]:
-    """A sort key: a dimension's value in byte order, or a metric's value."""
-    if name in dimensions:
-        i = dimensions.index(name)
-        return lambda row: row[0][i].encode("utf-8")
-    return lambda row: row[1][name]
-
-
 @post(
     "/api/v2/query",
     status_code=HTTP_200_OK,
@@ -58,12 +52,13 @@ async def v2_query(request: Request[Any, Any, Any], state: State) -> V2Response:
     body = await request.body()
     # The checks every JSON body gets (content type, byte order mark, UTF-8, duplicate keys,
     # nesting), then the query's own shape.
-    check_body(_JSON, body, request.headers.get("content-type"))
+    decoded = check_body(_JSON, body, request.headers.get("content-type"))
     try:
         v2 = parse_query(body)
     except InvalidQuery as exc:  # msgspec's wording of a shape error, in plain words
         path, message = plain(exc.message, exc.path)
         raise InvalidQuery(path, message, exc.error) from None
+    check_body_filters(decoded.get("filters", []))  # all of them at most 16 KiB, as in a URL
     tz, exclude_bots = await project_settings(state, user, v2.project_id)
     now = utcnow()
     query = Query(v2.project_id, 1, now, tz=tz, exclude_bots=exclude_bots)
@@ -78,15 +73,19 @@ async def v2_query(request: Request[Any, Any, Any], state: State) -> V2Response:
         first=resolved.first_day,
         last=resolved.last_day,
     )
-    groups = await while_connected(request, fetch_v2(state.storage, query, v2.dimensions))
-    if not v2.dimensions and not groups:
-        groups = {(): NOTHING}  # an aggregate is one row, as Plausible's: zeros when empty
-    rows: list[tuple[list[str], dict[str, Any]]] = [
-        (list(key), values) for key, values in groups.items()
-    ]
-    for name, direction in reversed(v2.order_by):  # stable sorts, last key first
-        rows.sort(key=_by(name, v2.dimensions), reverse=direction == "desc")
-    page = rows[v2.offset : v2.offset + v2.limit]
+    # The order and the page are taken in SQL: only the page's rows come back (storage/v2.py).
+    try:
+        page = await while_connected(
+            request,
+            fetch_v2(
+                state.storage, query, v2.dimensions, v2.metrics, v2.order_by, v2.limit, v2.offset
+            ),
+        )
+    except ReportTooLarge as exc:  # say what this query can ask for instead (http/errors.py)
+        exc.hints = report_hints(v2.dimensions, v2.metrics, resolved.days, bool(v2.filters))  # type: ignore[attr-defined]
+        raise
+    if not v2.dimensions and not page and v2.offset == 0:
+        page = [([], NOTHING)]  # an aggregate is one row, as Plausible's: zeros when empty
     return V2Response(
         results=[V2Row(dims, [values[m] for m in v2.metrics]) for dims, values in page],
         meta=V2Meta(timezone=tz),
