@@ -207,3 +207,25 @@ def test_an_app_that_stops_leaves_the_engine_rules_of_another_in_use():
     finally:
         zones.release(first)
     assert zones._current() is before
+
+
+def test_a_zone_the_engine_failed_to_read_once_is_read_again():
+    """A ClickHouse server that does not answer at a zone's first request: that request gets
+    Python's rules, and the next the engine's (the failure was kept for the process before)."""
+    answers: list[object] = [ConnectionError("no answer"), (-25_200, [])]
+
+    def flaky(name: str):
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    zones.use(flaky)
+    try:
+        assert not isinstance(zones.zone("America/Edmonton"), EngineZone)
+        edmonton = zones.zone("America/Edmonton")
+        assert isinstance(edmonton, EngineZone)
+        assert edmonton.utcoffset(datetime(2026, 12, 1)) == timedelta(hours=-7)
+        assert zones.zone("America/Edmonton") is edmonton and not answers
+    finally:
+        zones.release(flaky)

@@ -114,6 +114,7 @@ _lock = threading.Lock()
 # on start and releases it on stop (tests run several apps at once, all on one engine).
 _sources: list[OffsetSource] = []
 _zones: dict[str, tzinfo] = {}
+_warned: set[str] = set()  # zones the engine failed to read, said once
 
 
 def _current() -> OffsetSource | None:
@@ -155,17 +156,22 @@ def zone(name: str) -> tzinfo:
         return found
     fallback = python_zone(name)
     source = _current()
-    built: tzinfo = fallback
-    if source is not None:
-        try:
-            built = EngineZone(name, source(name), fallback)
-        except Exception as exc:  # an engine that lacks the zone: Python's rules, said once
+    if source is None:
+        return fallback
+    try:
+        built: tzinfo = EngineZone(name, source(name), fallback)
+    except Exception as exc:
+        # Not kept: a ClickHouse server that did not answer this once is asked again by the
+        # next request (kept, the zone would have Python's rules until a restart). Said once.
+        if name not in _warned:
+            _warned.add(name)
             log.warning(
                 "the storage engine could not read time zone %s (%s); Python's rules "
-                "for it are used, which may place day boundaries differently",
+                "for it are used until it can, which may place day boundaries differently",
                 name,
                 exc,
             )
+        return fallback
     with _lock:
         if _current() is source:
             _zones[name] = built
