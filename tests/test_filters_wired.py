@@ -226,6 +226,51 @@ def test_a_zone_and_a_from_to_range(client, site):
         check_dashboard(got_dashboard(client, query), want)
 
 
+def test_the_first_local_day_of_1970_east_of_utc_counts_each_event_once(client):
+    # Local 1970-01-01 in Berlin (and east of it) starts before the Date type's first day, so
+    # it holds no whole UTC day: the empty day range 1970-01-01..1969-12-31 was read as
+    # 1970-01-01..1970-01-01 and that UTC day's rollup rows were added to the raw edge (sessions
+    # 4 for 3, every top list 9 for 4).
+    project_id, _ = new_project(client, user="epoch")
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    events = [
+        ref.Ev("pageview", epoch + timedelta(seconds=s), path="/e", session_id=sid, visitor_id=v)
+        for s, sid, v in (
+            (0, "s1", "v1"),
+            (1, "s1", "v1"),
+            (39_599, "s2", "v2"),
+            (39_600, "s3", "v3"),
+            (86_399, "s4", "v4"),
+        )
+    ]
+    store(client, project_id, sent(events))
+    now = datetime.now(UTC).replace(microsecond=0)
+    for tz in ("Europe/Berlin", "Asia/Kathmandu", "UTC", "America/New_York"):
+        zone = ZoneInfo(tz)
+        for first, last in ((date(1970, 1, 1),) * 2, (date(1970, 1, 1), date(1970, 1, 2))):
+            for raw in ([], [["is", "path", ["/e"]]]):
+                days = (last - first).days + 1
+                query = Query(
+                    project_id,
+                    days,
+                    now,
+                    tz=tz,
+                    filters=parse_filters(json.dumps(raw)),
+                    first=first,
+                    last=last,
+                )
+                want = ref.dashboard(
+                    events,
+                    as_tuple(raw) if raw else [],
+                    zone=zone,
+                    first_day=first,
+                    last_day=last,
+                    now=now,
+                )
+                assert want["summary"]["totalEvents"] >= 1, (tz, first, last)
+                check_dashboard(got_dashboard(client, query), want)
+
+
 def test_a_range_longer_than_the_days_limit_counts_every_day(client):
     # from/to ranges reach 366 days, days only 90: the unfiltered (rollup) path kept 90 of the
     # timeline's days (and of the totals), the filtered path all of them.

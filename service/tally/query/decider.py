@@ -60,6 +60,11 @@ class Plan:
     utc_days: bool = False
 
     @property
+    def day_after_last(self) -> date:
+        """The day rollups' exclusive end (``first_utc_day`` when no UTC day is whole)."""
+        return max(self.last_utc_day + timedelta(days=1), self.first_utc_day)
+
+    @property
     def uses_raw_edge(self) -> bool:
         return self.edge is not None or self.end_edge is not None
 

@@ -345,7 +345,7 @@ def parameters(query: Query) -> dict[str, Any]:
         "live": query.now - LIVE_WINDOW,
         "limit": query.limit,
         "d0": plan.first_utc_day,
-        "d1": plan.last_utc_day,
+        "d1": plan.day_after_last,
     }
     if plan.uses_raw_edge:
         params["e0"], params["e1"], params["e2"], params["e3"] = plan.edges()

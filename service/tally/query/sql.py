@@ -4,7 +4,8 @@ raw edge is read) is chosen here from code, never from request strings. ``{db}``
 database, filled in by the runner.
 
 Parameters: p (project), t0/t1 (window start and end, UTC), tz (the zone), d0/d1 (the UTC days
-the day rollups cover), e0/e1 and e2/e3 (the raw edges), live (start of the live window)."""
+the day rollups cover, d1 excluded), e0/e1 and e2/e3 (the raw edges), live (start of the live
+window)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ from ..domain.ranges import MAX_RANGE_DAYS
 from .decider import Plan, decide
 from .model import Query
 
-DAY_RANGE = "project_id = {p:String} AND day BETWEEN {d0:Date} AND {d1:Date}"
+# Whole UTC days first_utc_day..last_utc_day, as a half-open range: an empty one (a window with
+# no whole UTC day) must stay empty at the Date type's first day, where 1969-12-31 would be
+# read as 1970-01-01 and that day's rollup rows added to the raw edges (found by testing).
+DAY_RANGE = "project_id = {p:String} AND day >= {d0:Date} AND day < {d1:Date}"
 QUARTERS = (
     "project_id = {p:String} AND bucket >= {t0:DateTime('UTC')} AND bucket < {t1:DateTime('UTC')}"
 )
@@ -160,7 +164,7 @@ def parameters(query: Query, plan: Plan | None = None) -> dict[str, Any]:
         "t1": plan.end,
         "tz": query.tz,
         "d0": plan.first_utc_day,
-        "d1": plan.last_utc_day,
+        "d1": plan.day_after_last,
         "live": query.now - LIVE_WINDOW,
     }
     if plan.uses_raw_edge:
