@@ -42,10 +42,13 @@ FORMATS: dict[str, tuple[str, str, str]] = {
     "parquet": ("Parquet", "application/vnd.apache.parquet", "parquet"),
 }
 
-FORMAT_SETTINGS: dict[str, dict[str, int]] = {
-    "csv": {},
+# Times in the text formats as every time Tally gives out (CONTRACT.md): ISO 8601 UTC with
+# milliseconds and Z, 2026-11-27T01:25:48.417Z, rather than the engine's 2026-11-27 01:25:48.417.
+ISO_TIMES = {"date_time_output_format": "'iso'"}
+FORMAT_SETTINGS: dict[str, dict[str, Any]] = {
+    "csv": ISO_TIMES,
     # "/" stays "/" (JSON allows it unescaped, and paths and URLs are full of them).
-    "ndjson": {"output_format_json_escape_forward_slashes": 0},
+    "ndjson": {"output_format_json_escape_forward_slashes": 0, **ISO_TIMES},
     # Row groups small enough that the writer holds little at a time, large enough to compress;
     # encoded one at a time: parallel encoding holds a row group per thread. The 1M-event export
     # of tests/test_export_memory.py (run with -s) grew the server by 128 to 207 MB with it, by
