@@ -4,6 +4,7 @@ status."""
 from __future__ import annotations
 
 import logging
+import re
 from datetime import date
 from typing import Any
 
@@ -82,7 +83,9 @@ def _path(key: Any, in_query: bool = False) -> str:
     return "$" + ("" if key.startswith("[") else ".") + key
 
 
-def validation_handler(_: Request[Any, Any, Any], exc: ValidationException) -> Response[Error]:
+def validation_handler(
+    request: Request[Any, Any, Any], exc: ValidationException
+) -> Response[Error]:
     extra = exc.extra if isinstance(exc.extra, list) else []
     in_query = any(isinstance(i, dict) and i.get("source") != "body" for i in extra) or (
         "query parameter" in (exc.detail or "")
@@ -96,9 +99,24 @@ def validation_handler(_: Request[Any, Any, Any], exc: ValidationException) -> R
     ]
     if not details:
         details = [ErrorDetail(*plain(_clean(exc.detail), "$", in_query))]
+    if in_query and request is not None:
+        details = [_leading_zeros(request, detail) for detail in details]
     return error_response(
         HTTP_400_BAD_REQUEST, INVALID_QUERY if in_query else INVALID_PAYLOAD, details
     )
+
+
+def _leading_zeros(request: Request[Any, Any, Any], detail: ErrorDetail) -> ErrorDetail:
+    """The parameter parser reads numbers as JSON does, where 07 is not one: a whole number
+    written with leading zeros is refused with the rule, which then says why."""
+    name = detail.path.removeprefix("$.")
+    raw = request.query_params.get(name) if name in ("days", "limit") else None
+    if raw is not None and _LEADING_ZEROS.fullmatch(raw):
+        return ErrorDetail(detail.path, f"{detail.message}, written without leading zeros")
+    return detail
+
+
+_LEADING_ZEROS = re.compile(r"0[0-9]+")
 
 
 def _clean(detail: str | None) -> str:
