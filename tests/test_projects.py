@@ -433,6 +433,32 @@ def test_head_health_answers_as_get_without_a_body(client):
     assert set(spec["paths"]["/api/health"]) == {"get", "head"}
 
 
+def test_head_answers_as_get_without_a_body_on_every_get_route(client):
+    """RFC 9110 9.3.2: HEAD wherever GET is, the same status and headers, no body (it was 405
+    everywhere but health and the pages)."""
+    project_id, _ = new_project(client, user="head-owner")
+    q = f"projectId={project_id}"
+    spec = client.get("/api/schema/openapi.json").json()
+    for path in (
+        "/api/projects",
+        f"/api/projects/keys?{q}",
+        f"/api/dashboard?{q}",
+        f"/api/breakdown?{q}&by=path",
+        f"/api/live?{q}",
+        f"/api/export?{q}&from=2026-01-01&to=2026-01-02",
+        f"/api/dashboard?{q}&days=0",  # 400
+    ):
+        for user in ("head-owner", "head-stranger"):
+            got = client.get(path, headers=auth(user))
+            head = client.head(path, headers=auth(user))
+            assert head.status_code == got.status_code, (path, user, head.text)
+            assert head.content == b"", path
+            for name in ("content-type", "content-disposition"):
+                assert head.headers.get(name) == got.headers.get(name), (path, name)
+        assert "head" in spec["paths"][path.split("?")[0]], path
+    assert client.head(f"/api/dashboard?{q}").status_code == 401  # no session
+
+
 def test_unknown_route_and_method(client):
     assert client.get("/api/nope").json() == {"error": "Not found"}
     # under the docs too, where Litestar answers with an HTML page of its own

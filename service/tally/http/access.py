@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-from litestar import Request
+from litestar import HttpMethod, Request, route
 from litestar.datastructures import State
 from litestar.exceptions import NotFoundException
 from litestar.openapi.datastructures import ResponseSpec
@@ -111,3 +111,9 @@ async def project_settings(state: State, user: str, project_id: str) -> tuple[st
     if settings is None:
         raise NotFoundException(detail=PROJECT_NOT_FOUND)
     return settings.timezone, settings.exclude_bots
+
+
+def get_head(path: str, **options: Any) -> Any:
+    """``@get`` that answers HEAD too (RFC 9110 9.3.2: HEAD wherever GET is; uptime checks and
+    scripts probe with it): the same status and headers, no body."""
+    return route(path, http_method=[HttpMethod.GET, HttpMethod.HEAD], **options)

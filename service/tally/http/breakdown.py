@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from litestar import Request, get
+from litestar import Request
 from litestar.datastructures import State
 from litestar.params import QueryParameter
 from msgspec import Struct
@@ -13,7 +13,7 @@ from ..domain.filters import DIMENSIONS, Filter
 from ..domain.ranges import relative_change
 from ..query.breakdown import MAX_LIMIT, By
 from ..storage.breakdown import fetch_breakdown
-from .access import ProjectIdParam, project_route
+from .access import ProjectIdParam, get_head, project_route
 from .compare import (
     CompareParam,
     FiltersParam,
@@ -44,7 +44,7 @@ class Breakdown(Struct):
     rows: list[BreakdownRow]
 
 
-@get(
+@get_head(
     "/api/breakdown",
     **project_route("dashboard"),
     summary="A project's window broken down by one dimension",

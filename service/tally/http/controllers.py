@@ -8,7 +8,7 @@ import time
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from litestar import Controller, HttpMethod, Request, delete, get, patch, post, route
+from litestar import Controller, HttpMethod, Request, delete, patch, post, route
 from litestar.datastructures import State
 from litestar.exceptions import NotFoundException
 from litestar.openapi.spec import Example
@@ -27,6 +27,7 @@ from .access import (
     ProjectIdParam,
     asking_user,
     error_responses,
+    get_head,
     owned_project,
     project_route,
 )
@@ -87,7 +88,7 @@ class ProjectController(Controller):
     tags = ["projects"]  # noqa: RUF012
     security = SESSION_SECURITY
 
-    @get(
+    @get_head(
         "/", responses=error_responses(401, 429, 503), summary="List the signed-in user's projects"
     )
     async def list_projects(self, request: Request[Any, Any, Any], state: State) -> s.ProjectList:
@@ -169,7 +170,7 @@ class ProjectController(Controller):
             # marker): revoked now, and what was sent with it purged too.
             await purge(state, project_id, only_if_keys=True)
 
-    @get(
+    @get_head(
         "/keys",
         responses=error_responses(400, 401, 404, 429, 503),
         summary="List a project's API keys",
@@ -248,7 +249,7 @@ class ProjectController(Controller):
         state.registry.apply(record)
 
 
-@get(
+@get_head(
     "/api/dashboard",
     **project_route("dashboard"),
     summary="Aggregated analytics of a project",

@@ -15,7 +15,7 @@ from functools import lru_cache
 from typing import Annotated, Any
 
 from limits import RateLimitItem, parse
-from litestar import Request, get
+from litestar import Request
 from litestar.datastructures import State
 from litestar.exceptions import ValidationException
 from litestar.params import QueryParameter
@@ -24,7 +24,7 @@ from litestar.response import Stream
 from ..domain.ids import OBJECT_ID_PATTERN
 from ..storage import export as export_storage
 from ..storage.export import FORMATS, ExportSpec
-from .access import asking_user, owned_project, project_route
+from .access import asking_user, get_head, owned_project, project_route
 from .gone import ClientGone, disconnected
 from .ratelimit import RateLimits
 
@@ -184,7 +184,7 @@ def _stop(
     executor.shutdown(wait=False)
 
 
-@get(
+@get_head(
     "/api/export",
     **project_route("export"),
     summary="Download a project's raw events for a range of days",
@@ -209,7 +209,8 @@ async def export_events(
     limits.check(_limit(state.settings.export_limit_per_user), "export", user)
     spec = parse_query(project_id, first, last, fmt, state.settings.ip_privacy == "hash")
     await owned_project(state, user, spec.project_id)
-    content = await _stream(request, state, spec)
+    # HEAD: the answer's status and headers, and no query (a body nobody reads is not made).
+    content = iter(()) if request.method == "HEAD" else await _stream(request, state, spec)
     return Stream(
         content,
         media_type=FORMATS[spec.fmt][1],

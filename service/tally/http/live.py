@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Request, get
+from litestar import Request
 from litestar.datastructures import State
 from msgspec import Struct
 
 from ..domain.ids import utcnow
 from ..domain.metrics import LIVE_WINDOW
 from ..storage.live import live_visitors
-from .access import ProjectIdParam, asking_user, project_route, project_settings
+from .access import ProjectIdParam, asking_user, get_head, project_route, project_settings
 
 WINDOW_SECONDS = int(LIVE_WINDOW.total_seconds())
 
@@ -21,7 +21,7 @@ class Live(Struct, rename="camel"):
     window_seconds: int
 
 
-@get(
+@get_head(
     "/api/live",
     **project_route("dashboard"),
     summary="A project's live visitors (the last 5 minutes)",
