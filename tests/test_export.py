@@ -10,7 +10,11 @@ import csv
 import io
 import json
 import logging
+import os
 import re
+import shutil
+import subprocess
+import sys
 import time
 import uuid
 from datetime import UTC, date, datetime, timedelta
@@ -23,7 +27,7 @@ import pytest
 from conftest import auth, new_project, stored
 from served import Server
 from storage_modes import CLUSTER
-from tally.storage.export import EMBEDDED_SETTINGS, csv_header
+from tally.storage.export import EMBEDDED_SETTINGS, csv_header, spool_root
 from tally.storage.export import columns as export_columns
 
 FIRST, LAST = date(2026, 1, 10), date(2026, 1, 12)
@@ -322,6 +326,50 @@ def test_a_user_exports_only_their_own_projects(client: Any, user: str) -> None:
         assert response.status_code == 404
         assert response.json() == {"error": "Project not found"}
     assert client.get(f"/api/export?projectId={mine}&{RANGE}").status_code == 401
+
+
+_WRITER = """
+import os, sys, tempfile, time
+root = sys.argv[1]
+os.makedirs(root, exist_ok=True)
+folder = tempfile.mkdtemp(prefix=f"export-{os.getpid()}-", dir=root)
+with open(os.path.join(folder, "export.parquet"), "wb") as file:
+    file.write(b"PAR1" * 250_000)
+print(folder, flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(bool(CLUSTER), reason="only the embedded engine writes Parquet to a file")
+def test_files_of_exports_killed_midway_are_removed_at_the_next_start(make_client: Any) -> None:
+    """A process killed while the engine wrote its Parquet file (kill -9, the OOM killer) left
+    the file, as large as the export, in the spool for good; the next start removes it, and
+    leaves the files of processes still running (another worker's export under way)."""
+    with make_client() as client:
+        root = spool_root(client.app.state.storage)
+
+    def writer() -> tuple[subprocess.Popen[str], str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _WRITER, root], stdout=subprocess.PIPE, text=True
+        )
+        assert proc.stdout is not None
+        return proc, proc.stdout.readline().strip()
+
+    killed, dead_folder = writer()
+    killed.kill()
+    killed.wait()
+    running, live_folder = writer()
+    try:
+        older = os.path.join(root, "export-k2j3h4q_")  # named before folders carried the PID
+        os.makedirs(older)
+        with make_client() as client:
+            assert client.get("/api/health").status_code == 200
+        assert not os.path.exists(dead_folder) and not os.path.exists(older)
+        assert os.path.exists(os.path.join(live_folder, "export.parquet"))
+    finally:
+        running.kill()
+        running.wait()
+        shutil.rmtree(live_folder, ignore_errors=True)
 
 
 def test_ip_is_left_out_when_hashed(make_client: Any, user: str) -> None:

@@ -40,6 +40,7 @@ from .http.ratelimit import RateLimits
 from .http.timeouts import body_deadline
 from .http.v2 import v2_query
 from .storage.client import Storage, Target, parse_url
+from .storage.export import sweep_spool
 from .storage.ingestlog import IngestLog
 from .storage.keys import KeyRegistry
 from .storage.loader import Loader
@@ -164,6 +165,8 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
         zone_rules = partial(engine_offsets, storage)
         zones.use(zone_rules)
         warming = asyncio.create_task(asyncio.to_thread(warm_zones, storage))
+        if target.kind == "chdb":
+            await asyncio.to_thread(sweep_spool, storage)
         store = ProjectStore(storage)
         keys = KeyRegistry(
             store,

@@ -195,11 +195,51 @@ def chunks(storage: Storage, spec: ExportSpec) -> Iterator[bytes]:
                 stream.close()
 
 
+def spool_root(storage: Storage) -> str:
+    """Where the embedded engine writes Parquet files: next to the engine's folder, on the disk
+    sized for the data, rather than in /tmp."""
+    return os.path.join(os.path.dirname(storage.target.path.rstrip("/")), "export-spool")
+
+
+def sweep_spool(storage: Storage) -> int:
+    """Remove the files of exports whose process died while writing them (a ``kill -9`` or the
+    OOM killer leaves a file as large as the export): each folder names its process
+    (``export-<pid>-...``); those of processes gone, and those of releases before the name
+    carried one, are removed. Returns how many."""
+    root = spool_root(storage)
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return 0
+    removed = 0
+    for name in names:
+        match = _SPOOL_PID.fullmatch(name)
+        if match is not None and _alive(int(match.group(1))):
+            continue  # this process's, or another live one's (a worker beside this one)
+        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        removed += 1
+    if removed:
+        log.info("removed %d export file(s) left by processes that stopped mid-export", removed)
+    return removed
+
+
+_SPOOL_PID = re.compile(r"export-(\d+)-.*")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _spooled(storage: Storage, sql: str, params: dict[str, Any], marker: str) -> Iterator[bytes]:
-    # Next to the engine's folder, on the disk sized for the data, rather than in /tmp.
-    spool = os.path.join(os.path.dirname(storage.target.path.rstrip("/")), "export-spool")
+    spool = spool_root(storage)
     os.makedirs(spool, exist_ok=True)
-    folder = tempfile.mkdtemp(prefix="export-", dir=spool)
+    folder = tempfile.mkdtemp(prefix=f"export-{os.getpid()}-", dir=spool)
     path = os.path.join(folder, "export.parquet")
     try:
         # The path is made here, never by a request; INTO OUTFILE takes only a literal, and
