@@ -8,7 +8,7 @@ from conftest import auth, new_project
 from tally.domain.projects import CONTROL_RULE, LABEL_RULE, NAME_RULE, VISIBLE_RULE
 from tally.http.messages import plain
 
-ISO = "must be an ISO 8601 date-time, e.g. 2026-11-23T10:00:00Z"
+ISO = "must be an ISO 8601 date-time in its extended form, e.g. 2026-11-23T10:00:00Z"
 
 
 WITH_SPACES = ", and at most 200 characters with them"
@@ -78,8 +78,13 @@ COLLECT = [
     (
         event(occurredAt="2026-11-23T10:00:00Z\n"),
         "$.events[0].occurredAt",
-        "must be an ISO 8601 date-time, e.g. 2026-11-23T10:00:00Z",
+        ISO,
     ),
+    # ISO 8601's basic form, and offsets of 24 hours or more (the document's pattern admitted
+    # those, which were then refused as not real)
+    (event(occurredAt="20261123T100000Z"), "$.events[0].occurredAt", ISO),
+    (event(occurredAt="2026-11-23T10:00:00+24:00"), "$.events[0].occurredAt", ISO),
+    (event(occurredAt="2026-11-23T10:00:00-0960"), "$.events[0].occurredAt", ISO),
 ]
 
 

@@ -16,7 +16,8 @@ from ..domain.projects import LABEL_RULE, NAME_RULE
 from ..domain.ranges import Compare
 from ..query.breakdown import MAX_LIMIT, By
 
-ISO_EXAMPLE = "must be an ISO 8601 date-time, e.g. 2026-11-23T10:00:00Z"
+# ISO 8601's extended form (RFC 3339's): its basic form, 20261123T100000Z, is refused too.
+ISO_EXAMPLE = "must be an ISO 8601 date-time in its extended form, e.g. 2026-11-23T10:00:00Z"
 OBJECT_ID = "must be a 24-character id (lowercase hex digits)"
 NOT_UTF8 = "is not valid UTF-8"
 

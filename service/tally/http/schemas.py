@@ -36,12 +36,14 @@ MetadataKey = Annotated[str, Meta(min_length=1, max_length=100)]
 MetadataValue = Annotated[str, Meta(max_length=1024)] | int | float | bool | None
 # ISO 8601 and RFC 3339: a date, optionally a time (seconds and fraction optional, up to nine
 # fractional digits as Go's RFC3339Nano and Java's Instant write them, a leap second :60) and an
-# offset (Z, +HH, +HHMM or +HH:MM); ``t`` and ``z`` in either case; no offset means UTC.
+# offset (Z, +HH, +HHMM or +HH:MM, under 24 hours); ``t`` and ``z`` in either case; no offset
+# means UTC.
 # Calendar-impossible dates (February 30) match and are refused when parsed, dates before 1970
 # after it (domain/events.py says which).
 ISO_DATETIME = (
     r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])"
-    r"([Tt ]([01]\d|2[0-3]):[0-5]\d(:([0-5]\d|60)([.,]\d{1,9})?)?([Zz]|[+-]\d{2}(:?\d{2})?)?)?"
+    r"([Tt ]([01]\d|2[0-3]):[0-5]\d(:([0-5]\d|60)([.,]\d{1,9})?)?"
+    r"([Zz]|[+-]([01]\d|2[0-3])(:?[0-5]\d)?)?)?"
     r"$(?!\n)"  # $ alone would match before a final newline
 )
 OccurredAt = Annotated[
