@@ -63,6 +63,9 @@ def tagged(**params: str) -> str:
         (tagged(utm_source="google"), "", "google"),
         (tagged(utm_medium="email"), "https://t.co/x", "Twitter"),
         (tagged(utm_medium="email"), "", DIRECT),
+        # a campaign alone names no source: the referrer or auto-tagging does
+        (tagged(utm_campaign="spring"), "https://www.google.com/", "Google"),
+        (f"{PAGE}?gclid=x&utm_campaign=spring", "", "Google"),
         # Google Ads auto-tagging
         (f"{PAGE}?gclid=Cj0KCQ", "", "Google"),
         (f"{PAGE}?gclid=Cj0KCQ", "https://www.googleadservices.com/", "Google"),
@@ -179,19 +182,20 @@ def test_utm(url: str, expected: tuple[str, ...]) -> None:
         (PAGE, "https://www.bing.com/search?q=x", "Organic Search"),
         (PAGE, "https://duckduckgo.com/", "Organic Search"),
         (tagged(utm_source="directory", utm_medium="organic"), "", "Organic Search"),
-        # 13 Referral
+        # 13 Email
+        (tagged(utm_source="newsletter", utm_medium="email"), "", "Email"),
+        (tagged(utm_source="e-mail", utm_medium="blast"), "", "Email"),
+        (tagged(utm_source="crm", utm_medium="E_Mail"), "", "Email"),
+        (tagged(utm_medium="e mail"), "", "Email"),
+        (tagged(utm_source="email", utm_medium="affiliate"), "", "Email"),  # 13 before 14
+        # 14 Affiliates
+        (tagged(utm_source="partner", utm_medium="affiliate"), "", "Affiliates"),
+        # 15 Referral
         (PAGE, "https://news.example.org/a", "Referral"),
         (PAGE, "https://mail.google.com/", "Referral"),
         (tagged(utm_source="partner", utm_medium="referral"), "", "Referral"),
         (tagged(utm_source="partner", utm_medium="app"), "", "Referral"),
         (tagged(utm_source="partner", utm_medium="link"), "", "Referral"),
-        # 14 Email
-        (tagged(utm_source="newsletter", utm_medium="email"), "", "Email"),
-        (tagged(utm_source="e-mail", utm_medium="blast"), "", "Email"),
-        (tagged(utm_source="crm", utm_medium="E_Mail"), "", "Email"),
-        (tagged(utm_medium="e mail"), "", "Email"),
-        # 15 Affiliates
-        (tagged(utm_source="partner", utm_medium="affiliate"), "", "Affiliates"),
         # 16 Audio
         (tagged(utm_source="spotify", utm_medium="audio"), "", "Audio"),
         # 17 SMS
@@ -204,11 +208,126 @@ def test_utm(url: str, expected: tuple[str, ...]) -> None:
         # 19 nothing matched (GA4: Unassigned)
         (tagged(utm_source="partner"), "", "Other"),
         (tagged(utm_source="partner", utm_medium="qr"), "", "Other"),
-        (tagged(utm_campaign="spring"), "", "Other"),
     ],
 )
 def test_channel(url: str, referrer: str, channel: str) -> None:
     assert acquire(url, referrer).channel == channel
+
+
+@pytest.mark.parametrize(
+    ("source", "medium"),
+    [
+        ("email", "link"),
+        ("e-mail", "app"),
+        ("e_mail", "referral"),
+        ("E Mail", "Link"),
+        ("newsletter", "email"),
+    ],
+)
+def test_email_comes_before_referral_in_ga4s_order(source: str, medium: str) -> None:
+    # GA4's published order: ..., Organic Search, Email, Affiliates, Referral, Audio, ...
+    assert acquire(tagged(utm_source=source, utm_medium=medium), "").channel == "Email"
+    assert channel_of(source, medium, "", "") == "Email"
+
+
+def test_channel_rules_follow_ga4s_published_order() -> None:
+    """Each pair of rules a source / medium / campaign can match both of, in GA4's order."""
+    expected = [
+        ("(direct)", "(none)", "cross-network", "", "Direct"),
+        ("google", "cpc", "cross-network shop", "search", "Cross-network"),
+        ("amazon", "cpc", "", "shopping", "Paid Shopping"),
+        ("google", "cpc", "shop", "search", "Paid Shopping"),
+        ("google", "cpc", "", "search", "Paid Search"),
+        ("facebook", "paid", "", "social", "Paid Social"),
+        ("youtube", "cpm", "", "video", "Paid Video"),
+        ("x", "cpm", "", "", "Display"),
+        ("email", "cpc", "", "", "Paid Other"),
+        ("amazon", "social", "", "shopping", "Organic Shopping"),
+        ("facebook", "video", "", "social", "Organic Social"),
+        ("youtube", "organic", "", "video", "Organic Video"),
+        ("google", "email", "", "search", "Organic Search"),
+        ("email", "affiliate", "", "", "Email"),
+        ("email", "referral", "", "", "Email"),
+        ("sms", "referral", "", "", "Referral"),
+        ("firebase", "audio", "", "", "Audio"),
+        ("sms", "mobile", "", "", "SMS"),
+        ("firebase", "x", "", "", "Mobile Push Notifications"),
+        ("x", "x", "", "", "Other"),
+    ]
+    got = [(*row[:4], channel_of(*row[:4])) for row in expected]
+    assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("url", "referrer", "source", "channel"),
+    [
+        # utm_campaign alone: source and channel both from the referrer, as if untagged
+        (tagged(utm_campaign="spring"), "https://www.google.com/", "Google", "Organic Search"),
+        (tagged(utm_campaign="spring"), "https://t.co/x", "Twitter", "Organic Social"),
+        (
+            tagged(utm_campaign="spring"),
+            "https://news.example.org/",
+            "news.example.org",
+            "Referral",
+        ),
+        (tagged(utm_campaign="spring"), "", DIRECT, "Direct"),
+        (f"{PAGE}?gclid=x&utm_campaign=spring", "", "Google", "Paid Search"),
+        # ... the campaign still counts in the campaign rules
+        (
+            tagged(utm_campaign="summer-shop"),
+            "https://www.google.com/",
+            "Google",
+            "Organic Shopping",
+        ),
+        (
+            tagged(utm_campaign="x cross-network"),
+            "https://www.google.com/",
+            "Google",
+            "Cross-network",
+        ),
+        # utm_medium without utm_source: the tagged medium decides, source (not set)
+        (tagged(utm_medium="email"), "https://t.co/x", "Twitter", "Email"),
+        (
+            tagged(utm_medium="email", utm_campaign="spring"),
+            "https://www.google.com/",
+            "Google",
+            "Email",
+        ),
+    ],
+)
+def test_channel_agrees_with_the_stored_source(url, referrer, source, channel) -> None:
+    got = acquire(url, referrer)
+    assert (got.source, got.channel) == (source, channel)
+
+
+@pytest.mark.parametrize(
+    ("referrer", "source", "channel"),
+    [
+        ("android-app://com.google.android.googlequicksearchbox/", "Google", "Organic Search"),
+        ("android-app://com.google.android.googlequicksearchbox/https/www.google.com/",
+         "Google", "Organic Search"),
+        # Gmail is a referral on the web (mail.google.com) and in its app: GA4's Email rule
+        # reads utm source / medium only
+        ("android-app://com.google.android.gm/", "Gmail", "Referral"),
+        ("android-app://com.linkedin.android/", "LinkedIn", "Organic Social"),
+        ("android-app://com.facebook.katana/", "Facebook", "Organic Social"),
+        ("android-app://com.instagram.android/", "Instagram", "Organic Social"),
+        ("android-app://com.twitter.android/", "Twitter", "Organic Social"),
+        ("android-app://com.reddit.frontpage/", "Reddit", "Organic Social"),
+        ("android-app://com.Slack/", "Slack", "Organic Social"),
+        ("android-app://org.telegram.messenger/", "Telegram", "Organic Social"),
+        ("android-app://com.whatsapp/", "WhatsApp", "Organic Social"),
+        ("android-app://com.google.android.youtube/", "YouTube", "Organic Video"),
+        ("ANDROID-APP://com.linkedin.android/", "LinkedIn", "Organic Social"),
+        # an app not in the table: its package, a referral
+        ("android-app://com.example.reader/", "com.example.reader", "Referral"),
+        # a web host spelled like a package is a web host
+        ("https://com.google.android.gm/", "com.google.android.gm", "Referral"),
+    ],
+)  # fmt: skip
+def test_android_app_referrers(referrer: str, source: str, channel: str) -> None:
+    got = acquire(PAGE, referrer)
+    assert (got.source, got.channel) == (source, channel)
 
 
 def test_channel_rules_compare_case_insensitively() -> None:

@@ -13,6 +13,10 @@ from tally.domain.bots import is_bot
 from tally.domain.geo import UNKNOWN, CountryReader, packaged_db
 
 GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
+LG_WEBOS_TV = (
+    "Mozilla/5.0 (Web0S; Linux/SmartTV) AppleWebKit/537.36 (KHTML, like Gecko) "
+    "Chrome/79.0.3945.79 Safari/537.36 WebAppManager"
+)
 CHROME = (
     "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
     "Chrome/126.0.0.0 Safari/537.36"
@@ -34,6 +38,10 @@ def geo() -> CountryReader:
         ("193.0.6.139", "NL"),  # RIPE NCC, Amsterdam
         ("2a00:1450:4001:80b::200e", "DE"),  # Google, Frankfurt
         ("::ffff:8.8.8.8", "US"),  # IPv4-mapped, as a dual-stack socket reports it
+        ("::ffff:5102:458e", "GB"),  # the same, in hex: 81.2.69.142
+        ("::FFFF:0808:0808", "US"),
+        ("0:0:0:0:0:ffff:808:808", "US"),
+        ("::ffff:a00:1", UNKNOWN),  # 10.0.0.1, private
         ("10.0.0.1", UNKNOWN),  # private
         ("192.168.1.20", UNKNOWN),
         ("127.0.0.1", UNKNOWN),
@@ -111,6 +119,14 @@ BOTS = {
     "crawler using requests": "python-requests/2.32.3 (compatible; ExampleCrawler/1.0)",
     "monitor using okhttp": "okhttp/3.12.1 UptimeRobot",
     "crawler using Java": "Java/17 Googlebot",
+    # isbot's "manager" (once "bordermanager"): every one but LG webOS's WebAppManager
+    "BorderManager": "Mozilla/4.0 (compatible; BorderManager 3.0)",
+    "Cloudflare-Traffic-Manager": "Mozilla/5.0 (compatible; Cloudflare-Traffic-Manager/1.0; "
+    "+https://www.cloudflare.com/traffic-manager/; pool-id: AAAAAAAAAAAAAAAA)",
+    "Bookmark Manager": "Mozilla/5.0 (compatible; LinkStash Bookmark Manager; "
+    "http://www.xrayz.co.uk/)",
+    "GoogleTagManager": "GoogleTagManager/5.06 (Linux; U; Android 13; ru-ru; SM-A137F "
+    "Build/TP1A.220624.014)",
 }
 NOT_BOTS = {
     "curl": "curl/8.5.0",
@@ -145,6 +161,9 @@ NOT_BOTS = {
     "like Gecko) SamsungBrowser/25.0 Chrome/121.0.0.0 Mobile Safari/537.36",
     "Google app on iOS": "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) "
     "AppleWebKit/605.1.15 (KHTML, like Gecko) GSA/322.0.648915268 Mobile/15E148 Safari/604.1",
+    "LG webOS TV": LG_WEBOS_TV,
+    "LG webOS TV, older": "Mozilla/5.0 (Web0S; Linux/SmartTV) AppleWebKit/538.2 (KHTML, like "
+    "Gecko) Large Screen WebAppManager Safari/538.2",
     "Litestar's test client": "testclient",
     "none": "",
 }
@@ -302,6 +321,8 @@ DEVICE_TYPES = {
     "HeadlessChrome": (BOTS["HeadlessChrome"], "bot", 1),
     "Googlebot": (GOOGLEBOT, "bot", 1),
     "Python-urllib": ("Python-urllib/3.11", "Unknown", 0),
+    # a TV's browser: counted (ua-parser's device class for it is its desktop default)
+    "LG webOS TV": (LG_WEBOS_TV, "desktop", 0),
     "Firefox": (NOT_BOTS["Firefox"], "desktop", 0),
 }
 
@@ -318,3 +339,110 @@ def test_device_type_is_bot_exactly_when_the_event_is_a_bots(client, ua, device_
         p=project_id,
     )
     assert rows == [(device_type, bot)]
+
+
+def test_metadata_device_type_never_contradicts_the_bot_rule(client) -> None:
+    """``bot`` in device_type exactly when is_bot is 1, whatever metadata.deviceType says."""
+    project_id, key = new_project(client)
+    collect(
+        client,
+        key,
+        [{"name": "a", "metadata": {"deviceType": "desktop"}}],
+        **{"user-agent": GOOGLEBOT},
+    )
+    collect(
+        client, key, [{"name": "b", "metadata": {"deviceType": "bot"}}], **{"user-agent": CHROME}
+    )
+    collect(
+        client,
+        key,
+        [{"name": "c", "metadata": {"deviceType": "Bot"}}],
+        **{"user-agent": NOT_BOTS["Safari iPhone"]},
+    )
+    collect(
+        client,
+        key,
+        [{"name": "d", "metadata": {"deviceType": "tv"}}],
+        **{"user-agent": LG_WEBOS_TV},
+    )
+    collect(
+        client,
+        key,
+        [{"name": "e", "metadata": {"deviceType": "bot"}}],
+        **{"user-agent": BOTS["HeadlessChrome"]},
+    )
+    rows = stored(
+        client,
+        "SELECT name, device_type, is_bot FROM {db}.events WHERE project_id = {p:String} "
+        "ORDER BY name",
+        p=project_id,
+    )
+    assert rows == [
+        ("a", "bot", 1),
+        ("b", "desktop", 0),  # the User-Agent's device type
+        ("c", "mobile", 0),
+        ("d", "tv", 0),  # any other metadata.deviceType is kept
+        ("e", "bot", 1),
+    ]  # fmt: skip
+
+
+def test_collect_stores_channel_and_source_by_ga4s_rules(client) -> None:
+    """Email before Referral, android-app referrers, a campaign-only tag: as stored."""
+    page = "https://shop.example.com/landing"
+    project_id, key = new_project(client)
+    collect(
+        client,
+        key,
+        [
+            {"name": "a_email_link", "url": page + "?utm_source=email&utm_medium=link"},
+            {"name": "b_email_app", "url": page + "?utm_source=e-mail&utm_medium=app"},
+            {
+                "name": "c_google_app",
+                "url": page,
+                "referrer": "android-app://com.google.android.googlequicksearchbox/",
+            },
+            {
+                "name": "d_gmail_app",
+                "url": page,
+                "referrer": "android-app://com.google.android.gm/",
+            },
+            {
+                "name": "e_linkedin_app",
+                "url": page,
+                "referrer": "android-app://com.linkedin.android/",
+            },
+            {
+                "name": "f_campaign_only",
+                "url": page + "?utm_campaign=spring",
+                "referrer": "https://www.google.com/",
+            },
+        ],
+        **{"user-agent": CHROME},
+    )
+    rows = stored(
+        client,
+        "SELECT name, source, channel, utm_campaign FROM {db}.events "
+        "WHERE project_id = {p:String} ORDER BY name",
+        p=project_id,
+    )
+    assert rows == [
+        ("a_email_link", "email", "Email", ""),
+        ("b_email_app", "e-mail", "Email", ""),
+        ("c_google_app", "Google", "Organic Search", ""),
+        ("d_gmail_app", "Gmail", "Referral", ""),
+        ("e_linkedin_app", "LinkedIn", "Organic Social", ""),
+        ("f_campaign_only", "Google", "Organic Search", "spring"),
+    ]  # fmt: skip
+
+
+def test_country_of_an_ipv4_mapped_address_in_any_spelling(client) -> None:
+    project_id, key = new_project(client)
+    collect(client, key, [{"name": "a"}], **{"x-forwarded-for": "::ffff:81.2.69.142"})
+    collect(client, key, [{"name": "b"}], **{"x-forwarded-for": "::ffff:5102:458e"})
+    collect(client, key, [{"name": "c"}], **{"x-forwarded-for": "::FFFF:5102:458E"})
+    rows = stored(
+        client,
+        "SELECT name, country FROM {db}.events WHERE project_id = {p:String} ORDER BY name",
+        p=project_id,
+    )
+    assert rows == [("a", "GB"), ("b", "GB"), ("c", "GB")]

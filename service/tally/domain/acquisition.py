@@ -4,10 +4,11 @@
   of the event's ``url``, percent- and ``+``-decoded, the parameter names in any case
   (``UTM_Source``); a repeated parameter counts by its first non-empty value; empty when absent.
 - ``source``: ``utm_source`` when present; else ``Google`` when the url carries Google Ads'
-  auto-tagging (``gclid``, ``gbraid``, ``wbraid``) and nothing else names the source; else the name
-  people know the referrer's site by (``www.google.de`` -> ``Google``, ``t.co`` -> ``Twitter``;
-  ``domain/referrers.py``); else the referrer's host without ``www.``; ``Direct / None`` when
-  there is no referrer or it is the page's own host (the url's host, ``www.`` or not).
+  auto-tagging (``gclid``, ``gbraid``, ``wbraid``) and no ``utm_medium``; else the name people
+  know the referrer's site by (``www.google.de`` -> ``Google``, ``t.co`` -> ``Twitter``,
+  ``android-app://com.linkedin.android/`` -> ``LinkedIn``; ``domain/referrers.py``); else the
+  referrer's host without ``www.`` (an unknown app: its package); ``Direct / None`` when there is
+  no referrer or it is the page's own host (the url's host, ``www.`` or not).
 - ``channel``: GA4's default channel group, below.
 
 GA4's default channel group, as Google publishes it ("[GA4] Default channel group",
@@ -29,9 +30,9 @@ compare case-insensitively, and a regex must match the whole value:
     ``social-media``, ``sm``, ``social network``, ``social media``.
 11. Organic Video: source is a video site or medium matches ``^(.*video.*)$``.
 12. Organic Search: source is a search site or medium is ``organic``.
-13. Referral: medium is one of ``referral``, ``app``, ``link``.
-14. Email: source or medium is one of ``email``, ``e-mail``, ``e_mail``, ``e mail``.
-15. Affiliates: medium is ``affiliate``.
+13. Email: source or medium is one of ``email``, ``e-mail``, ``e_mail``, ``e mail``.
+14. Affiliates: medium is ``affiliate``.
+15. Referral: medium is one of ``referral``, ``app``, ``link``.
 16. Audio: medium is ``audio``.
 17. SMS: source or medium is ``sms``.
 18. Mobile Push Notifications: medium ends with ``push``, or contains ``mobile`` or
@@ -39,10 +40,14 @@ compare case-insensitively, and a regex must match the whole value:
 19. Otherwise: GA4 says ``Unassigned``; Tally says ``Other``.
 
 The source and medium these rules read are GA4's session source and medium: ``utm_source`` /
-``utm_medium`` when the url carries them (``(not set)`` for one that is missing); else
+``utm_medium`` when the url carries either (``(not set)`` for one that is missing); else
 ``google`` / ``cpc`` with auto-tagging; else, with a referrer from another host, that host and
 ``organic`` when it is a search engine, ``referral`` otherwise (as GA4 records them); else
-``(direct)`` / ``(none)``. The "is a search / social / video / shopping site" tests use the source
+``(direct)`` / ``(none)``. A url tagged with only ``utm_campaign`` (``utm_content``,
+``utm_term``) is read as untagged: its source and medium come from auto-tagging or the referrer,
+the source stored is that one, and the channel agrees with it (``?utm_campaign=spring`` from
+www.google.com: ``Google``, ``Organic Search``); the campaign still counts in the campaign rules
+(2, 3, 9). The "is a search / social / video / shopping site" tests use the source
 categories in ``domain/referrers.py``.
 """
 
@@ -55,11 +60,12 @@ from functools import lru_cache
 from typing import NamedTuple
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from .referrers import SEARCH, SHOPPING, SOCIAL, VIDEO, Site, lookup_host, lookup_source
+from .referrers import SEARCH, SHOPPING, SOCIAL, VIDEO, Site, lookup_app, lookup_host, lookup_source
 
 DIRECT = "Direct / None"
 UTM_KEYS = ("utm_source", "utm_medium", "utm_campaign", "utm_content", "utm_term")
 _AUTO_TAGS = frozenset({"gclid", "gbraid", "wbraid"})
+_ANDROID_APP = "android-app://"  # an app's referrer: android-app://<package>/
 
 _PAID = re.compile(r"^(.*cp.*|ppc|retargeting|paid.*)$")
 _SHOP_CAMPAIGN = re.compile(r"^(.*(([^a-df-z]|^)shop|shopping).*)$")
@@ -126,10 +132,13 @@ def _utm(query: str) -> dict[str, str]:
 
 
 @lru_cache(maxsize=8192)
-def _referrer(host: str) -> tuple[str, Site | None]:
-    """Display name and known site of a referrer host."""
-    site = lookup_host(host)
-    return (site.name if site else host.removeprefix("www."), site)
+def _referrer(host: str, app: bool = False) -> tuple[str, Site | None]:
+    """Display name and known site of a referrer host, or of an Android app's package (``app``:
+    the referrer was ``android-app://<package>/``); an unknown app is shown as its package."""
+    site = lookup_app(host) if app else lookup_host(host)
+    if site is not None:
+        return site.name, site
+    return (host if app else host.removeprefix("www.")), None
 
 
 def _category(source: str, site: Site | None) -> str:
@@ -168,12 +177,12 @@ def channel_of(source: str, medium: str, campaign: str, category: str) -> str:
         return "Organic Video"
     if category == SEARCH or medium == "organic":
         return "Organic Search"
-    if medium in _REFERRAL:
-        return "Referral"
     if source in _EMAIL or medium in _EMAIL:
         return "Email"
     if medium == "affiliate":
         return "Affiliates"
+    if medium in _REFERRAL:
+        return "Referral"
     if medium == "audio":
         return "Audio"
     if source == "sms" or medium == "sms":
@@ -215,11 +224,19 @@ def _acquire(url: str, referrer: str) -> Acquisition:
     utm_source, utm_medium, utm_campaign = utm[0], utm[1], utm[2]
 
     ref_host = _host(referrer) if referrer else ""
-    if ref_host and page_host and ref_host.removeprefix("www.") == page_host.removeprefix("www."):
+    app = ref_host != "" and referrer[:14].lower() == _ANDROID_APP
+    if (
+        ref_host
+        and page_host
+        and not app
+        and ref_host.removeprefix("www.") == page_host.removeprefix("www.")
+    ):
         ref_host = ""  # the site's own pages: not an acquisition
-    ref_name, ref_site = _referrer(ref_host) if ref_host else ("", None)
+    ref_name, ref_site = _referrer(ref_host, app) if ref_host else ("", None)
 
-    if utm_source or utm_medium or utm_campaign:
+    # Only utm_source and utm_medium make the session "tagged": a campaign alone leaves source
+    # and medium to auto-tagging and the referrer, so that channel and stored source agree.
+    if utm_source or utm_medium:
         source = utm_source or ref_name or DIRECT
         rule_source = utm_source or "(not set)"
         rule_medium = utm_medium or "(not set)"

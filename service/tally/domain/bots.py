@@ -16,6 +16,12 @@ events on purpose, and those events count. A User-Agent that starts with one of 
 ``spider``, ...), whatever either list says. For the same reason, isbot's four "shape"
 patterns are left out: they flag any User-Agent that is only a product name and version
 (``MyApp/2.1``, ``testclient``), which says "not a browser", not "a known crawler".
+
+isbot's generic term ``manager`` (added in isbot 3.0.22 in place of ``bordermanager``: Novell
+BorderManager, download managers, ``Cloudflare-Traffic-Manager``, ``luminati-proxy-manager``,
+``GoogleTagManager``, ...) also matches ``WebAppManager``, the web runtime LG's webOS TVs name
+at the end of their browsers' User-Agent. Tally reads it as ``manager`` not preceded by
+``webapp``: every other ``...manager`` stays a bot, an LG TV is a viewer.
 """
 
 from __future__ import annotations
@@ -36,8 +42,11 @@ _SHAPE_ONLY = frozenset(
         r"^\w+/\d\.\d\s\([\w@]+\)$",
     }
 )
+# isbot's "manager", but not LG webOS's "WebAppManager" (module docstring).
+_MANAGER, _MANAGER_NOT_WEBOS = "manager", r"(?<!webapp)manager"
 _ISBOT = Bots()
-_ISBOT.exclude(_SHAPE_ONLY)
+_ISBOT.exclude(_SHAPE_ONLY | {_MANAGER})
+_ISBOT.extend([_MANAGER_NOT_WEBOS])
 
 
 @lru_cache(maxsize=4096)  # as useragent.classify's

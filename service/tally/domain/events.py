@@ -2,8 +2,10 @@
 
 Rules (CONTRACT.md): ``occurredAt`` without an offset is UTC; omitted, it is the receipt time; later
 than receipt, it is stored as the receipt time. ``metadata.browser``/``os``/``deviceType`` fall back
-to what the User-Agent says when absent (or not a non-empty string). ``metadata.durationMs`` is
-kept as a duration when it is a number >= 0.
+to what the User-Agent says when absent (or not a non-empty string). The device type ``bot`` is
+the User-Agent's alone: a bot is stored as ``bot`` whatever ``metadata.deviceType`` says, and a
+``metadata.deviceType`` of ``bot`` from a User-Agent that is not a bot's is not taken.
+``metadata.durationMs`` is kept as a duration when it is a number >= 0.
 
 Dimensions (schema 005): ``source``, ``channel`` and ``utm_*`` from each event's ``url`` and
 ``referrer`` (``domain/acquisition.py``); ``country`` resolved by the caller from the raw client
@@ -77,6 +79,16 @@ def _text(metadata: dict[str, Any], key: str, fallback: str) -> str:
     return value if isinstance(value, str) and value else fallback
 
 
+def _device_type(metadata: dict[str, Any], from_user_agent: str, bot: int) -> str:
+    """``metadata.deviceType``, except that the device type ``bot`` goes with ``is_bot`` and only
+    with it: a bot's User-Agent is stored as ``bot`` whatever the metadata says, and a page that
+    calls itself ``bot`` from a browser's User-Agent gets the User-Agent's device type."""
+    if bot:
+        return from_user_agent  # "bot" (bots.client_of)
+    value = _text(metadata, "deviceType", from_user_agent)
+    return from_user_agent if value.strip().lower() == "bot" else value
+
+
 def _duration(metadata: dict[str, Any]) -> float | None:
     value = metadata.get("durationMs")
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -134,7 +146,7 @@ def to_rows(
                 event.visitor_id or "",
                 _text(metadata, "browser", client.browser),
                 _text(metadata, "os", client.os),
-                _text(metadata, "deviceType", client.device_type),
+                _device_type(metadata, client.device_type, bot),
                 _duration(metadata),
                 _encode(metadata).decode() if metadata else "{}",
                 ip,

@@ -11,6 +11,7 @@ privacy option replaces the address with its hash.
 
 from __future__ import annotations
 
+import ipaddress
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -39,6 +40,16 @@ def _iso_code(record: Any) -> str | None:
     return None
 
 
+def _unmapped(ip: str) -> str:
+    """The IPv4 address an IPv4-mapped IPv6 address stands for (``::ffff:81.2.69.142``,
+    ``::ffff:5102:458e``, ``0:0:0:0:0:ffff:5102:458e``: ``81.2.69.142``); any other text as is."""
+    try:
+        mapped = ipaddress.IPv6Address(ip).ipv4_mapped
+    except ValueError:
+        return ip
+    return str(mapped) if mapped is not None else ip
+
+
 class CountryReader:
     """``ip -> ISO 3166-1 alpha-2`` (``Unknown`` when the database cannot tell). Open once per
     process: the file is memory-mapped and shared by every request."""
@@ -59,8 +70,8 @@ class CountryReader:
         return cls(getattr(settings, "geoip_db", "") or None)
 
     def _lookup(self, ip: str) -> str:
-        if ip[:7].lower() == "::ffff:" and "." in ip:  # IPv4-mapped, from a dual-stack socket
-            ip = ip[7:]
+        if ":" in ip:  # IPv4-mapped IPv6, from a dual-stack socket or a proxy, in any spelling
+            ip = _unmapped(ip)
         try:
             record = self._reader.get(ip)
         except (ValueError, TypeError):  # not an IP address (e.g. "testclient")

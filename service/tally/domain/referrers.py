@@ -12,7 +12,8 @@ traffic comes from are listed; any other host is shown as itself (without ``www.
 A pattern is a host and all its subdomains (``facebook.com`` covers ``l.facebook.com``), or a
 name followed by ``.*`` for every top-level domain, country ones included (``google.*`` covers
 ``google.de``, ``www.google.co.uk``, ``google.com.br``). ``aliases`` are the short names
-campaigns use as ``utm_source`` (``fb``, ``ig``) that GA4's lists also hold.
+campaigns use as ``utm_source`` (``fb``, ``ig``) that GA4's lists also hold. An Android app's
+referrer (``android-app://com.linkedin.android/``) is looked up by its package (``_APPS``).
 """
 
 from __future__ import annotations
@@ -113,6 +114,26 @@ for _name, _category, _patterns, _aliases in _SITES:
     for _alias in _aliases:
         _ALIASES[_alias] = _site
 
+# Android apps, as the referrer an app's in-app browser or link hand-off sends:
+# ``android-app://<package>/`` (Chrome on Android: the app that opened the link). The package
+# names the site under the name its web host has above, and so its category: the Google app
+# (Search, Discover) is Google, a search engine.
+_APPS: dict[str, str] = {
+    "com.google.android.googlequicksearchbox": "Google",
+    "com.google.android.gm": "Gmail",
+    "com.google.android.youtube": "YouTube",
+    "com.linkedin.android": "LinkedIn",
+    "com.facebook.katana": "Facebook",
+    "com.instagram.android": "Instagram",
+    "com.twitter.android": "Twitter",
+    "com.reddit.frontpage": "Reddit",
+    "com.slack": "Slack",  # com.Slack: hosts are compared in lower case
+    "org.telegram.messenger": "Telegram",
+    "com.whatsapp": "WhatsApp",
+}
+_BY_NAME = {_name: Site(_name, _category) for _name, _category, _, _ in _SITES}
+_APP_SITES: dict[str, Site] = {package: _BY_NAME[name] for package, name in _APPS.items()}
+
 # Labels a top-level domain is made of (``com``, ``co.uk``, ``com.br``, ``de``, ``co.jp``).
 _TLD_WORDS = frozenset({"com", "net", "org", "co", "edu", "gov", "ac", "or", "ne", "go", "gob"})
 
@@ -146,3 +167,8 @@ def lookup_source(value: str) -> Site | None:
     if site is None and "." in value:
         site = lookup_host(value.removeprefix("www."))
     return site
+
+
+def lookup_app(package: str) -> Site | None:
+    """The known site an Android app's package (lower case, from ``android-app://``) is."""
+    return _APP_SITES.get(package)
