@@ -605,24 +605,29 @@ def test_the_data_folder_is_readable_by_its_owner_only(tmp_path):
     assert shared == []
 
 
-def test_serve_before_the_schema_is_applied_answers_503_not_a_crash(tmp_path):
-    """A pod started beside the migrate Job (--no-migrate, no tables yet): the worker serves,
-    a collect is told to retry (503 with Retry-After; its key is not known to be invalid), and
-    liveness holds. It crashed on reading the API keys, and granian stopped the server."""
-    served = Server(tmp_path, args=("--no-migrate",))
-    try:
-        refused = httpx.post(
-            f"{served.url}/api/collect",
+def test_a_worker_before_the_schema_is_applied_answers_503_not_a_crash(chdb_path, tmp_path):
+    """A pod started beside the migrate Job of a first install (a ClickHouse server, --no-migrate,
+    no tables yet): the worker serves, a collect is told to retry (503 with Retry-After; its key
+    is not known to be invalid), and liveness holds. It crashed on reading the API keys, and
+    granian stopped the server. (On the embedded engine `serve --no-migrate` refuses an empty
+    folder instead, tests/test_config_bounds.py: no migrate can run beside it.) The worker's
+    app, on a database with no schema, on the real engine."""
+    from litestar.testing import TestClient
+
+    from conftest import make_settings
+    from tally.app import create_app
+
+    settings = make_settings(chdb_path, tmp_path)
+    with TestClient(create_app(settings, migrate=False)) as worker:
+        refused = worker.post(
+            "/api/collect",
             json={"events": [{"name": "a"}]},
             headers={"x-api-key": "tk_" + "a" * 40},
-            timeout=30,
         )
         assert (refused.status_code, refused.json()) == (503, {"error": "Storage unavailable"})
         assert int(refused.headers["retry-after"]) >= 1
-        live = httpx.get(f"{served.url}/api/health/live").json()
+        live = worker.get("/api/health/live").json()
         assert live["status"] == "ok" and live["backlog"]["events"] == 0
-    finally:
-        assert served.stop() == 0
 
 
 def test_sighup_on_embedded_storage_leaves_the_server_serving(tmp_path):

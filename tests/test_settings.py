@@ -74,6 +74,43 @@ REFUSED = {
         "TALLY_CLICKHOUSE_URL must be chdb:///absolute/path (embedded) or http(s)://",
     ),
     "JWKS URL": ({"TALLY_JWKS_URL": "notaurl"}, "TALLY_JWKS_URL must be an http(s):// URL"),
+    # from 28,926 days the TTL wrapped past 2106 to 1990: every event deleted by the next merge
+    "retention of 100 years": (
+        {"TALLY_RETENTION_DAYS": "36500"},
+        "TALLY_RETENTION_DAYS must be at most 10000 (about 27 years; 0 keeps events forever)",
+    ),
+    "retention past the bound": ({"TALLY_RETENTION_DAYS": "10001"}, "got 10001"),
+    # the worker created clients without end, growing, never answering
+    "huge pool": (
+        {"TALLY_CLICKHOUSE_POOL_SIZE": "99999999999999999999999"},
+        "TALLY_CLICKHOUSE_POOL_SIZE must be at most 256",
+    ),
+    "pool past the bound": ({"TALLY_CLICKHOUSE_POOL_SIZE": "257"}, "got 257"),
+    # anyone could sign a session token with these
+    "secret placeholder": (
+        {"TALLY_JWT_SECRET": "CHANGE-ME"},
+        "TALLY_JWT_SECRET is the placeholder 'CHANGE-ME' of deploy/'s examples",
+    ),
+    "ip hash secret placeholder": (
+        {"TALLY_IP_HASH_SECRET": "CHANGE-ME"},
+        "TALLY_IP_HASH_SECRET is the placeholder 'CHANGE-ME' of deploy/'s examples",
+    ),
+    "secret of 3 bytes": (
+        {"TALLY_JWT_SECRET": "abc"},
+        "TALLY_JWT_SECRET must be at least 32 bytes",
+    ),
+    "secret of 31 bytes": ({"TALLY_JWT_SECRET": "s" * 31}, "got 31"),
+    # the secret was ignored, silently
+    "secret and JWKS": (
+        {"TALLY_JWT_SECRET": "s" * 32, "TALLY_JWKS_URL": "https://id.example.com/jwks"},
+        "TALLY_JWT_SECRET and TALLY_JWKS_URL are both set",
+    ),
+    # read as 1/second, not what was written
+    "rate over a period of 0": (
+        {"TALLY_COLLECT_LIMIT_PER_KEY": "1/0 second"},
+        "TALLY_COLLECT_LIMIT_PER_KEY must be a rate over a period of more than 0",
+    ),
+    "rate per 0 minutes": ({"TALLY_EXPORT_LIMIT_PER_USER": "5 per 0 minutes"}, "period"),
 }
 
 
@@ -94,6 +131,12 @@ ACCEPTED = {
     "rate limits off": {"TALLY_COLLECT_LIMIT_PER_KEY": "", "TALLY_EXPORT_LIMIT_PER_USER": ""},
     "several algorithms": {"TALLY_JWT_ALGORITHMS": "RS256, ES256"},
     "keep everything": {"TALLY_RETENTION_DAYS": "0", "TALLY_MAX_BODY_BYTES": "0"},
+    "longest retention and largest pool": {
+        "TALLY_RETENTION_DAYS": "10000",
+        "TALLY_CLICKHOUSE_POOL_SIZE": "256",
+    },
+    "secret of 32 bytes": {"TALLY_JWT_SECRET": "s" * 32},
+    "rate over several periods": {"TALLY_COLLECT_LIMIT_PER_KEY": "10/2 seconds"},
 }
 
 
@@ -111,3 +154,12 @@ def test_the_embedded_engine_is_known_by_its_scheme_in_any_case(tmp_path):
         assert settings.embedded, url
     server = load_settings(environ={"TALLY_CLICKHOUSE_URL": "http://ch:8123/x"}, env_file=None)
     assert not server.embedded
+
+
+def test_an_empty_data_dir_is_the_default(tmp_path, monkeypatch):
+    """TALLY_DATA_DIR set but empty (a Compose file's ${TALLY_DATA_DIR:-}) put the engine, the
+    secrets and the ingest log in the working directory itself; it is the default ./.tally."""
+    monkeypatch.chdir(tmp_path)
+    for empty in ("", "  "):
+        settings = load_settings(environ={"TALLY_DATA_DIR": empty}, env_file=None)
+        assert settings.data_path == tmp_path.resolve() / ".tally", empty

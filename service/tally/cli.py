@@ -93,6 +93,14 @@ def migrate(quiet: bool, check: bool) -> None:
             raise SystemExit(CHECK_UNREACHABLE) from None
         finally:
             storage.close()
+        if missing is None and target.kind == "chdb":
+            # The embedded engine allows one process: no migrate can run beside this server,
+            # which would answer 503 to every call while its health check said ok.
+            raise SystemExit(
+                f"tally: no schema in {target.description} yet: run `tally migrate` first (the "
+                "embedded engine allows one process, so it cannot run beside the server), or "
+                "start `tally serve` without --no-migrate"
+            )
         if missing is None:
             # A first install: the migrate step may be running beside this server, which answers
             # 503 until the tables exist (docs/operations.md, "Schema upgrades").
@@ -328,13 +336,9 @@ def _hold_engine_folder(settings: Settings, allowed: int = 0) -> None:
     exits; its migrate child and its worker open the engine under it), or refuse to start,
     naming the process that holds it, before anything opens the engine. A lock held by
     ``allowed`` (the PID of the ``tally serve`` whose child this is) is no refusal."""
-    from .storage.client import parse_url
     from .supervision import hold_lock
 
-    try:
-        engine = Path(parse_url(settings.storage_url, settings.clickhouse_database).path)
-    except ValueError as exc:
-        raise SystemExit(f"tally: invalid TALLY_CLICKHOUSE_URL: {exc}") from None
+    engine = _usable_engine_folder(settings)
     # Next to the engine's folder (by default <data dir>/clickhouse.lock), not inside it.
     holder = hold_lock(engine.with_name(engine.name + ".lock"))
     if holder is None or (allowed and holder == allowed):
@@ -345,6 +349,38 @@ def _hold_engine_folder(settings: Settings, allowed: int = 0) -> None:
             raise SystemExit(_folder_in_use(settings, other))
         return
     raise SystemExit(_folder_in_use(settings, holder, tally=True))
+
+
+def _usable_engine_folder(settings: Settings) -> Path:
+    """The embedded engine's folder (TALLY_CLICKHOUSE_URL, by default <data dir>/clickhouse),
+    created if needed, or one line saying why it cannot be: ``chdb:///`` was a traceback, and a
+    file there a page of the engine's C++ stack."""
+    from .storage.client import parse_url
+
+    try:
+        engine = Path(parse_url(settings.storage_url, settings.clickhouse_database).path)
+    except ValueError as exc:
+        raise SystemExit(f"tally: invalid TALLY_CLICKHOUSE_URL: {exc}") from None
+    variable = "TALLY_CLICKHOUSE_URL" if settings.clickhouse_url else "TALLY_DATA_DIR"
+    if engine.name in ("", ".", "..") or engine.resolve() == engine.resolve().parent:
+        raise SystemExit(
+            f"tally: {variable} {settings.storage_url} names no folder of its own (the root, or "
+            "a path ending in ..); give the embedded engine one, e.g. "
+            "chdb:///var/lib/tally/clickhouse"
+        )
+    for folder in (*reversed(engine.parents), engine):
+        if folder.exists() and not folder.is_dir():
+            raise SystemExit(
+                f"tally: {variable} {settings.storage_url}: {folder} is a file, not a folder"
+            )
+    try:
+        engine.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SystemExit(
+            f"tally: cannot use {engine} ({variable} {settings.storage_url}) as the embedded "
+            f"engine's folder: {exc.strerror}"
+        ) from None
+    return engine
 
 
 def _engine_folder(settings: Settings) -> Path:
@@ -414,8 +450,15 @@ def _tally() -> str:
 
 
 def token_command(settings: Settings, sub: str = "USER") -> str:
-    """The `tally token` command that signs with this server's dev secret, from any directory."""
-    return f"TALLY_DATA_DIR={shlex.quote(str(settings.data_path))} {_tally()} token --sub {sub}"
+    """The `tally token` command that signs with this server's dev secret, from any directory,
+    a token this server accepts: with its issuer, audience and algorithms when they are set
+    (a .env file of the server's folder is not read elsewhere)."""
+    env = {"TALLY_DATA_DIR": str(settings.data_path)}
+    for name in ("jwt_issuer", "jwt_audience", "jwt_algorithms"):
+        if getattr(settings, name):
+            env[f"TALLY_{name.upper()}"] = getattr(settings, name)
+    assigned = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    return f"{assigned} {_tally()} token --sub {sub}"
 
 
 @main.command()
@@ -436,6 +479,13 @@ def token(sub: str, ttl: int) -> None:
     settings = load_settings()
     if settings.jwks_url:
         raise SystemExit("tally: sessions come from your identity provider (TALLY_JWKS_URL is set)")
+    # The server accepts only TALLY_JWT_ALGORITHMS: sign with the first HS one of them.
+    algorithm = next((a for a in settings.algorithms if a.startswith("HS")), None)
+    if algorithm is None:
+        raise SystemExit(
+            "tally: TALLY_JWT_ALGORITHMS lists no HS256, HS384 or HS512, so the server accepts "
+            f"no token signed with a shared secret ({settings.jwt_algorithms!r})"
+        )
     try:
         # Never created here: a secret made by `tally token` would sign tokens no server accepts.
         secret = settings.jwt_secret or dev_secret(settings, create=False)
@@ -452,7 +502,7 @@ def token(sub: str, ttl: int) -> None:
         claims["iss"] = settings.jwt_issuer
     if settings.jwt_audience:
         claims["aud"] = settings.jwt_audience
-    click.echo(issue_token(secret, sub, ttl, **claims))
+    click.echo(issue_token(secret, sub, ttl, algorithm=algorithm, **claims))
 
 
 if __name__ == "__main__":

@@ -173,6 +173,10 @@ def load_settings(
     """Build settings from ``TALLY_*`` variables (environment wins over ``.env``) and overrides."""
     raw = _read_env(environ, env_file)
     raw.update({k: v for k, v in overrides.items() if v is not None})
+    if isinstance(raw.get("data_dir"), str) and not raw["data_dir"].strip():
+        # Set but empty (a Compose file's ${TALLY_DATA_DIR:-}): the default, not the working
+        # directory that Path("") would resolve to.
+        del raw["data_dir"]
     try:
         settings = msgspec.convert(raw, Settings, strict=False)
     except msgspec.ValidationError as exc:
@@ -234,6 +238,21 @@ _NOT_NEGATIVE = (
 # Seconds a timeout may be at most: a day (the HTTP server counts them in 64-bit milliseconds).
 _TIMEOUTS = ("header_timeout_seconds", "body_timeout_seconds", "shutdown_timeout_seconds")
 MAX_TIMEOUT_SECONDS = 86_400
+# Days of retention at most: about 27 years. The TTL is a DateTime (seconds since 1970, 32 bits,
+# up to 2106-02-07): from 28,926 days on, today's events expired in 1990 and a merge deleted
+# every one of them. 0 keeps events forever.
+MAX_RETENTION_DAYS = 10_000
+# Clients in a pool at most: each is a connection (or an engine session); a huge value had the
+# worker create clients without end, its memory growing, never answering.
+MAX_POOL_SIZE = 256
+# A shared secret shorter than this many bytes is refused: RFC 7518 3.2 wants an HS256 key of at
+# least 256 bits, and a short one can be guessed offline from any token.
+MIN_JWT_SECRET_BYTES = 32
+# The placeholders of deploy/'s examples (deploy/k8s/secret.example.yaml): public, so anyone
+# could sign a token with them.
+PLACEHOLDER_SECRETS = frozenset({"change-me", "changeme"})
+# "1/0 second": a rate whose period is 0 ("limits" reads it as 1/second, not what was written).
+_ZERO_PERIOD = re.compile(r"(/|\bper\b)\s*0+\s*[a-z]", re.IGNORECASE)
 _RATE_LIMITS = (
     "collect_limit_per_key",
     "collect_limit_per_ip",
@@ -279,6 +298,16 @@ def check(settings: Settings) -> list[str]:
         for f in _NOT_NEGATIVE
         if getattr(settings, f) < 0
     ]
+    if settings.retention_days > MAX_RETENTION_DAYS:
+        problems.append(
+            f"TALLY_RETENTION_DAYS must be at most {MAX_RETENTION_DAYS} (about 27 years; 0 keeps "
+            f"events forever), got {settings.retention_days}"
+        )
+    if settings.clickhouse_pool_size > MAX_POOL_SIZE:
+        problems.append(
+            f"TALLY_CLICKHOUSE_POOL_SIZE must be at most {MAX_POOL_SIZE}, got "
+            f"{settings.clickhouse_pool_size}"
+        )
     if settings.load_retry_max_ms < settings.load_retry_min_ms:
         problems.append(
             f"TALLY_LOAD_RETRY_MAX_MS ({settings.load_retry_max_ms}) must be at least "
@@ -296,7 +325,12 @@ def check(settings: Settings) -> list[str]:
     for field in _RATE_LIMITS:
         value = getattr(settings, field)
         try:
-            if value.strip() and parse(value).amount < 1:
+            if value.strip() and _ZERO_PERIOD.search(value):
+                problems.append(
+                    f"{name(field)} must be a rate over a period of more than 0 (such as "
+                    f"'100/second' or '5/2 minutes'; empty for no limit), got {value!r}"
+                )
+            elif value.strip() and parse(value).amount < 1:
                 problems.append(
                     f"{name(field)} must allow at least 1 request (empty for no limit), got "
                     f"{value!r}, which would refuse every request"
@@ -311,6 +345,28 @@ def check(settings: Settings) -> list[str]:
         problems.append(
             "TALLY_JWT_ALGORITHMS must list signing algorithms separated by commas, among "
             f"{', '.join(sorted(JWT_ALGORITHMS))}; got {settings.jwt_algorithms!r}"
+        )
+    if settings.jwt_secret and settings.jwks_url:
+        problems.append(
+            "TALLY_JWT_SECRET and TALLY_JWKS_URL are both set: sessions come from one of them "
+            "(the secret would be ignored); unset one"
+        )
+    elif settings.jwt_secret.strip().lower() in PLACEHOLDER_SECRETS:
+        problems.append(
+            f"TALLY_JWT_SECRET is the placeholder {settings.jwt_secret!r} of deploy/'s examples, "
+            "with which anyone can sign a session token: set a random one (openssl rand -hex 32)"
+        )
+    elif settings.jwt_secret and len(settings.jwt_secret.encode()) < MIN_JWT_SECRET_BYTES:
+        problems.append(
+            f"TALLY_JWT_SECRET must be at least {MIN_JWT_SECRET_BYTES} bytes (an HS256 key of "
+            f"256 bits, RFC 7518), got {len(settings.jwt_secret.encode())}: set a random one "
+            "(openssl rand -hex 32)"
+        )
+    if settings.ip_hash_secret.strip().lower() in PLACEHOLDER_SECRETS:
+        problems.append(
+            f"TALLY_IP_HASH_SECRET is the placeholder {settings.ip_hash_secret!r} of deploy/'s "
+            "examples, known to anyone who would reverse the hashes: set a random one (openssl "
+            "rand -hex 32), or leave it empty for a random one kept in the data folder"
         )
     if (
         settings.jwt_secret

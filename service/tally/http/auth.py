@@ -146,10 +146,13 @@ def _numeric_date(value: Any) -> bool:
     return type(value) in (int, float) and math.isfinite(value)
 
 
-def issue_token(secret: str, sub: str, ttl: int = 3600, **claims: Any) -> str:
-    """An HS256 session token, for local use and tests."""
+def issue_token(
+    secret: str, sub: str, ttl: int = 3600, *, algorithm: str = "HS256", **claims: Any
+) -> str:
+    """A session token signed with ``secret`` (HS256, or the HS ``algorithm`` given), for local
+    use and tests."""
     now = int(time.time())
-    return jwt.encode({"sub": sub, "iat": now, "exp": now + ttl, **claims}, secret, "HS256")
+    return jwt.encode({"sub": sub, "iat": now, "exp": now + ttl, **claims}, secret, algorithm)
 
 
 def _bearer(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:

@@ -46,7 +46,7 @@ from importlib import resources
 from pathlib import Path
 from string import Template
 
-from ..config import CLUSTER_NAME
+from ..config import CLUSTER_NAME, MAX_RETENTION_DAYS
 from .client import Storage
 
 log = logging.getLogger("tally.migrate")
@@ -381,7 +381,17 @@ def retention_statements(
     engines: dict[str, str], days: int, database: str, cluster: str = ""
 ) -> list[str]:
     """The ALTERs that bring the TTL of events and rollups to ``days`` (0: none), given each
-    table's current ``engine_full``. On a cluster the TTL belongs to the local tables."""
+    table's current ``engine_full``. On a cluster the TTL belongs to the local tables.
+
+    Refuses (ValueError) more than :data:`MAX_RETENTION_DAYS`: the TTL is a DateTime, which ends
+    in 2106, and from 28,926 days on the expression wrapped to 1990, so that every event, the
+    ones just stored included, was deleted by the next merge."""
+    if days > MAX_RETENTION_DAYS:
+        raise ValueError(
+            f"a retention of {days} days is more than {MAX_RETENTION_DAYS} (about 27 years): "
+            "its TTL would pass DateTime's end (2106) and expire every event at once; 0 keeps "
+            "events forever"
+        )
     out: list[str] = []
     for table, column in RETENTION_COLUMNS.items():
         name = table + LOCAL_SUFFIX if cluster else table
