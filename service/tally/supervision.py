@@ -64,7 +64,7 @@ def exit_with_parent(environ: dict[str, str] | None = None) -> bool:
         return False
     if parent != os.getppid() and parent != os.getpid():
         # The parent is already gone (re-parented before we got here), or this is not a worker.
-        if not _parent_alive(parent):
+        if not process_alive(parent):
             _die()
         return False
     if parent == os.getpid():
@@ -79,7 +79,8 @@ def exit_with_parent(environ: dict[str, str] | None = None) -> bool:
     return True
 
 
-def _parent_alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -132,7 +133,7 @@ def hold_lock(path: Path, orphan_grace: float = 10.0) -> int | None:
         holder = _try_lock(path)
         if holder is None:
             return None
-        if (holder and _parent_alive(holder)) or time.monotonic() >= deadline:
+        if (holder and process_alive(holder)) or time.monotonic() >= deadline:
             return holder
         time.sleep(0.1)
 

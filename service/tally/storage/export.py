@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
+from ..supervision import process_alive
 from .client import Storage, StorageUnavailable, _unavailable_on_failure
 
 log = logging.getLogger("tally.export")
@@ -214,7 +215,7 @@ def sweep_spool(storage: Storage) -> int:
     removed = 0
     for name in names:
         match = _SPOOL_PID.fullmatch(name)
-        if match is not None and _alive(int(match.group(1))):
+        if match is not None and process_alive(int(match.group(1))):
             continue  # this process's, or another live one's (a worker beside this one)
         shutil.rmtree(os.path.join(root, name), ignore_errors=True)
         removed += 1
@@ -224,16 +225,6 @@ def sweep_spool(storage: Storage) -> int:
 
 
 _SPOOL_PID = re.compile(r"export-(\d+)-.*")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _spooled(storage: Storage, sql: str, params: dict[str, Any], marker: str) -> Iterator[bytes]:
