@@ -604,7 +604,11 @@ def test_a_custom_range_drives_cards_files_and_the_raw_download(
     names = page.eval_on_selector_all("[data-csv]", "els => els.map(e => e.dataset.csv)")
     assert f"tally-{shop.project_id}-path-{first}_{last}.csv" in names
 
-    # The raw events of the range: the UTC days that cover its Berlin days.
+    # The raw events of the range: the UTC days that cover its Berlin days. The browser
+    # downloads the file itself (streamed to disk), after a HEAD that checks the answer: the
+    # page never holds the file (a fetch did, gigabytes for 90 days of a large site).
+    asked: list[tuple[str, str, str]] = []
+    page.on("request", lambda q: asked.append((q.method, q.resource_type, q.url)))
     with page.expect_download(timeout=30_000) as info:
         page.click("#export-events")
     start = datetime.combine(date.fromisoformat(first), clock(0), tzinfo=ZoneInfo(ZONE))
@@ -613,16 +617,26 @@ def test_a_custom_range_drives_cards_files_and_the_raw_download(
     )
     events = list(csv.DictReader(io.StringIO(Path(info.value.path()).read_text())))
     assert sorted(e["path"] for e in events) == ["/fp/", "/fp/", "/fp/old"]
+    # The page's only request is the HEAD; the file came as the browser's own download above.
+    exports = [(m, kind) for m, kind, u in asked if "/api/export?" in u]
+    assert exports == [("HEAD", "fetch")], asked
 
     # A filter on top of the range, and a comparison: all three in the URL, numbers the API's.
     page.click('[data-testid=breakdown-path] tr[data-filter-value="/fp/"]')
     page.wait_for_url(lambda u: "filters=" in u)
     loaded(page)
+    asked.clear()
     page.select_option("#compare", "previous_period")
     page.wait_for_url(lambda u: "compare=" in u)
     loaded(page)
+    page.wait_for_selector("[data-testid=breakdown-path] tbody tr")
     view = url_view(page)
     assert (view["from"], view["to"], view["compare"]) == (first, last, "previous_period")
+    # The dashboard asks for the comparison; the panels, which show none, do not.
+    dashboards = [u for _, _, u in asked if "/api/dashboard?" in u]
+    panels = [u for _, _, u in asked if "/api/breakdown?" in u]
+    assert dashboards and all("compare=previous_period" in u for u in dashboards)
+    assert panels and not any("compare=" in u for u in panels), panels
     assert view["filters"] == [["is", "path", ["/fp/"]]]
     answer = shop.api(from_=first, to=last, filters=view["filters"], compare="previous_period")
     assert answer["summary"]["pageviews"] == 2

@@ -759,6 +759,28 @@ def test_dashboard_page_signs_in_and_manages_projects_and_keys(tally, browser, w
     watch.assert_clean(FAILED_LOAD.format(401), FAILED_LOAD.format(400))
 
 
+def test_zones_are_offered_by_their_current_names(tally, browser, watch):
+    """Chromium lists zones by CLDR's names, some of them IANA's old ones (Asia/Katmandu,
+    Asia/Calcutta, Europe/Kiev): the page offers the current names, and suggests a browser's
+    zone by its current name."""
+    context = browser.new_context(viewport=DESKTOP, timezone_id="Asia/Katmandu")
+    page = watch(context.new_page())
+    page.goto(f"{tally}/#token={token(f'zones-{uuid.uuid4().hex[:8]}')}")
+    page.get_by_text("No projects yet").wait_for()
+    assert page.input_value("#project-zone") == "Asia/Kathmandu"
+    offered = page.eval_on_selector_all("#project-zone option", "os => os.map(o => o.value)")
+    for now, old in (
+        ("Asia/Kathmandu", "Asia/Katmandu"),
+        ("Asia/Kolkata", "Asia/Calcutta"),
+        ("Europe/Kyiv", "Europe/Kiev"),
+        ("Asia/Ho_Chi_Minh", "Asia/Saigon"),
+    ):
+        assert now in offered and old not in offered, (now, old)
+    assert len(offered) == len(set(offered)) > 300
+    context.close()
+    watch.assert_clean()
+
+
 def test_project_settings_rename_zone_bot_rule_and_delete(tally, browser, watch):
     user = f"owner-{uuid.uuid4().hex[:8]}"
     context = browser.new_context(viewport=PHONE, is_mobile=True, timezone_id="Europe/Berlin")

@@ -454,15 +454,43 @@
 
   function browserZone() {
     try {
-      return Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC';
+      return currentZoneName(Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC');
     } catch (e) {
       return 'UTC';
     }
   }
 
+  // Names browsers still list (CLDR keeps the old ones) for zones IANA has renamed: the current
+  // name is offered (Asia/Kathmandu, not Asia/Katmandu); the server knows both.
+  const ZONE_RENAMED = {
+    'Africa/Asmera': 'Africa/Asmara',
+    'America/Buenos_Aires': 'America/Argentina/Buenos_Aires',
+    'America/Catamarca': 'America/Argentina/Catamarca',
+    'America/Cordoba': 'America/Argentina/Cordoba',
+    'America/Godthab': 'America/Nuuk',
+    'America/Indianapolis': 'America/Indiana/Indianapolis',
+    'America/Jujuy': 'America/Argentina/Jujuy',
+    'America/Louisville': 'America/Kentucky/Louisville',
+    'America/Mendoza': 'America/Argentina/Mendoza',
+    'Asia/Calcutta': 'Asia/Kolkata',
+    'Asia/Katmandu': 'Asia/Kathmandu',
+    'Asia/Rangoon': 'Asia/Yangon',
+    'Asia/Saigon': 'Asia/Ho_Chi_Minh',
+    'Atlantic/Faeroe': 'Atlantic/Faroe',
+    'Europe/Kiev': 'Europe/Kyiv',
+    'Pacific/Enderbury': 'Pacific/Kanton',
+    'Pacific/Ponape': 'Pacific/Pohnpei',
+    'Pacific/Truk': 'Pacific/Chuuk',
+  };
+
+  function currentZoneName(zone) {
+    return ZONE_RENAMED[zone] || zone;
+  }
+
   // A select of the browser's IANA zones (Tally refuses, in words, any the server does not know).
   function zoneSelect(id, current) {
-    const zones = typeof Intl.supportedValuesOf === 'function' ? Intl.supportedValuesOf('timeZone').slice() : [];
+    const listed = typeof Intl.supportedValuesOf === 'function' ? Intl.supportedValuesOf('timeZone') : [];
+    const zones = [...new Set(listed.map(currentZoneName))];
     for (const z of ['UTC', current]) if (z && !zones.includes(z)) zones.push(z);
     zones.sort();
     const select = h('select', { id, name: 'timezone' }, zones.map((z) => h('option', { value: z, text: z.replaceAll('_', ' ') })));
@@ -932,7 +960,8 @@
     status.textContent = 'Preparing the download…';
     let res;
     try {
-      res = await fetch(`/api/export?${query}`, { headers: { authorization: `Bearer ${token.get()}` }, cache: 'no-store' });
+      // HEAD: the answer's status (session, project, range, rate limit) without the file.
+      res = await fetch(`/api/export?${query}`, { method: 'HEAD', headers: { authorization: `Bearer ${token.get()}` }, cache: 'no-store' });
     } catch (e) {
       status.textContent = 'Tally could not be reached. Check the connection and try again.';
       return;
@@ -943,18 +972,20 @@
       return;
     }
     if (!res.ok) {
-      let data = null;
-      try {
-        data = await res.json();
-      } catch (e) {
-        /* not JSON */
-      }
-      status.textContent = STATUS_TEXT[res.status] || `Tally answered ${res.status}${data && data.error ? ': ' + data.error : ''}.`;
+      status.textContent = STATUS_TEXT[res.status] || `Tally answered ${res.status}.`;
       return;
     }
-    const name = /filename="([^"]+)"/.exec(res.headers.get('content-disposition') || '');
-    saveBlob(await res.blob(), name ? name[1] : `tally-${project.id}.csv`);
-    status.textContent = '';
+    // The browser downloads the file itself: streamed to disk with its own progress, where a
+    // fetch held all of it in the page's memory first (gigabytes for 90 days of a large site).
+    // A link carries no header, so the session goes as the cookie Tally also reads, sent only to
+    // /api/export, never cross-site, for a minute.
+    const secure = location.protocol === 'https:' ? '; Secure' : '';
+    document.cookie = `tally_session=${token.get()}; Path=/api/export; Max-Age=60; SameSite=Strict${secure}`;
+    const link = h('a', { href: `/api/export?${query}`, download: '', hidden: true });
+    document.body.append(link);
+    link.click();
+    link.remove();
+    status.textContent = 'Downloading: your browser shows the progress.';
   }
 
   function chartBox(name) {
@@ -1339,7 +1370,8 @@
       body.replaceChildren(h('p', { class: 'muted', text: 'Loading…' }));
       let answer;
       try {
-        answer = await api('GET', `/api/breakdown?${apiQuery(project.id, r, { by, limit })}`, undefined, signal);
+        // The panels show no comparison: not asked for (it cost the panels a third more time).
+        answer = await api('GET', `/api/breakdown?${apiQuery(project.id, r, { by, limit, compare: false })}`, undefined, signal);
       } catch (err) {
         if (gen !== generation || by !== current) return;
         section.dataset.state = 'error';
