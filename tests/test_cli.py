@@ -26,6 +26,39 @@ def clean_env(tmp_path, **extra: str) -> dict[str, str]:
 
 
 @pytest.mark.slow
+def test_the_listening_line_comes_once_a_worker_answers(tmp_path):
+    """A script that waits for "Tally listening on" connects at once: the line was logged when
+    granian was started, seconds before its worker took connections (refused meanwhile)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [*TALLY, "serve", "--port", str(port)],
+        cwd=tmp_path,
+        env=clean_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    seen: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            seen.append(line)
+            if "Tally listening on" in line:
+                break
+        else:
+            pytest.fail(f"no listening line: {''.join(seen)}")
+        # no retry: the line says it answers now
+        assert httpx.get(f"{url}/api/health/live", timeout=10).status_code == 200
+        assert f"Tally listening on {url}" in seen[-1]
+        assert any(f"Tally starting on {url}" in line for line in seen), seen
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(60)
+
+
+@pytest.mark.slow
 def test_serve_in_dev_mode_from_any_directory(tmp_path):
     """No configuration at all: embedded storage under ./.tally, a dev secret, tokens that work."""
     env = clean_env(tmp_path)

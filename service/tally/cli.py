@@ -10,6 +10,9 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
+import time
+import urllib.request
 from pathlib import Path
 
 import click
@@ -285,8 +288,29 @@ def serve(host: str, port: int, workers: int, migrate: bool) -> None:
         # granian's SIGHUP starts a new worker before it stops the old one, and the embedded
         # engine allows one process: the new worker failed, then the whole server stopped.
         server.signal_handler_reload = _hup_ignored  # type: ignore[method-assign]
-    log.info("Tally listening on http://%s:%d", host, port)
+    log.info("Tally starting on http://%s:%d", host, port)
+    ready = threading.Thread(target=_say_when_ready, args=(host, port), name="tally-ready")
+    ready.daemon = True
+    ready.start()
     server.serve()
+
+
+def _say_when_ready(host: str, port: int, timeout: float = 900) -> None:
+    """Log "Tally listening on ..." once a worker answers (its liveness probe), not when granian
+    is started: logged before, the line came seconds before the worker took connections (about
+    10 s under load), and a script that waited for it was refused."""
+    probe = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    url = f"http://{f'[{probe}]' if ':' in probe else probe}:{port}/api/health/live"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as answer:
+                if answer.status == 200:
+                    log.info("Tally listening on http://%s:%d", host, port)
+                    return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.1)
 
 
 def _hup_ignored(*_: object) -> None:
