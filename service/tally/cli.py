@@ -379,10 +379,8 @@ def _usable_engine_folder(settings: Settings) -> Path:
     """The embedded engine's folder (TALLY_CLICKHOUSE_URL, by default <data dir>/clickhouse),
     created if needed, or one line saying why it cannot be: ``chdb:///`` was a traceback, and a
     file there a page of the engine's C++ stack."""
-    from .storage.client import parse_url
-
     try:
-        engine = Path(parse_url(settings.storage_url, settings.clickhouse_database).path)
+        engine = _engine_folder(settings)
     except ValueError as exc:
         raise SystemExit(f"tally: invalid TALLY_CLICKHOUSE_URL: {exc}") from None
     variable = "TALLY_CLICKHOUSE_URL" if settings.clickhouse_url else "TALLY_DATA_DIR"
