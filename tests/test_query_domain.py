@@ -649,7 +649,14 @@ ZONES = sorted(available_timezones())
 @given(st.sampled_from(ZONES), st.dates(date(1971, 1, 1), date(2037, 12, 31)))
 def test_a_local_day_starts_at_its_first_instant(zone_name, day) -> None:
     zone = ZoneInfo(zone_name)
-    r = DateRange.of(day, day, zone)
+    try:
+        r = DateRange.of(day, day, zone)
+    except InvalidQuery as exc:
+        # Days of a historical local mean time off the 15-minute grid (Monrovia until 1972,
+        # Kiritimati until 1979) are refused in words by design; the test drew one now and then.
+        assert "local mean time off the 15-minute grid" in exc.message, exc.message
+        assert day.year < 1980, (zone_name, day)
+        return
     assert r.start_utc.astimezone(zone).date() == day
     assert (r.start_utc - timedelta(microseconds=1)).astimezone(zone).date() < day
     assert r.end_utc.astimezone(zone).date() > day
