@@ -696,6 +696,122 @@ def test_an_export_whose_query_fails_midway_is_cut_off_never_ended_as_whole(
         assert _running_exports(client) == 0
 
 
+@pytest.mark.parametrize("http_version", ["1.1", "2"])
+def test_an_export_is_not_cut_off_when_the_server_hands_over_the_empty_body_late(
+    make_client: Any, user: str, http_version: str
+) -> None:
+    """A GET has no body, yet the ASGI server hands the application an empty one; under load
+    granian may not have handed it over when the export's first chunk is read, and the watch for
+    a client going away, which asked for it, is stopped then. The body deadline started with
+    that first ask. It bounded the streamed response's later wait for a disconnect as well: past
+    the deadline the export was cut off mid-body (an "incomplete chunked read" at the client; a
+    clean-clone CI run saw it). Here the server hands the empty body over only after the first
+    chunk and after the deadline (50 ms); the export still comes whole. Over HTTP/2 a request
+    without Content-Length may have a body, so there the deadline ends when the answer starts."""
+    rows = 20_000
+    with make_client(body_timeout_seconds=0.05) as client:
+        project, _ = new_project(client, user)
+        _fill(client, project, rows)
+        first_chunk = asyncio.Event()
+        done = asyncio.Event()
+        handed_over = False
+        bodies: list[tuple[int, bool]] = []
+
+        async def receive() -> dict[str, Any]:
+            nonlocal handed_over
+            if not handed_over:
+                await first_chunk.wait()  # the watch asking first is stopped before this
+                await asyncio.sleep(0.2)  # past the body deadline
+                handed_over = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            await done.wait()  # the client stays until the whole file is sent
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] != "http.response.body":
+                assert message["status"] == 200, message
+                return
+            bodies.append((len(message.get("body", b"")), bool(message.get("more_body"))))
+            if len(bodies) == 2:  # the CSV header and the first chunk
+                first_chunk.set()
+            await asyncio.sleep(0.01)  # a reader slower than the engine: past the deadline
+            if not message.get("more_body"):
+                done.set()
+
+        async def main() -> None:
+            query = f"projectId={project}&{RANGE}&format=csv"
+            scope = _scope("/api/export", query, auth(user)) | {"http_version": http_version}
+            await asyncio.wait_for(client.app(scope, receive, send), 120)
+
+        asyncio.run(main())
+        assert bodies[-1][1] is False, "the export was not ended"
+        assert handed_over
+        assert sum(size for size, _ in bodies) > rows * 400  # each row is over 400 bytes
+
+
+def test_an_export_is_not_cut_off_by_a_server_that_answers_a_cancelled_receive_as_gone(
+    make_client: Any, user: str
+) -> None:
+    """granian answers the receive() after a cancelled, unanswered one with http.disconnect
+    though the client is still there. The export's watch for the client going away is
+    cancelled once the first chunk is read; under load granian had not yet answered it (with
+    the GET's empty body), and the streamed response's own watch was then told the client had
+    gone: the download was cut off after its CSV header (a clean-clone CI run saw it). This
+    server behaves so; the export still comes whole."""
+    rows = 20_000
+    with make_client() as client:
+        project, _ = new_project(client, user)
+        _fill(client, project, rows)
+        first_chunk = asyncio.Event()
+        done = asyncio.Event()
+        unanswered_cancel = asyncio.Event()  # then every receive() answers http.disconnect
+        answered = False
+        bodies: list[tuple[int, bool]] = []
+
+        async def first_of(*events: asyncio.Event) -> None:
+            waits = [asyncio.ensure_future(event.wait()) for event in events]
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for wait in waits:
+                    wait.cancel()
+
+        async def receive() -> dict[str, Any]:
+            nonlocal answered
+            if not answered:
+                try:
+                    await first_of(first_chunk, unanswered_cancel)
+                except asyncio.CancelledError:
+                    unanswered_cancel.set()
+                    raise
+                if not unanswered_cancel.is_set():
+                    answered = True
+                    return {"type": "http.request", "body": b"", "more_body": False}
+            await first_of(done, unanswered_cancel)  # the client stays to the end
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] != "http.response.body":
+                assert message["status"] == 200, message
+                return
+            bodies.append((len(message.get("body", b"")), bool(message.get("more_body"))))
+            if len(bodies) == 2:  # the CSV header and the first chunk
+                first_chunk.set()
+            await asyncio.sleep(0)
+            if not message.get("more_body"):
+                done.set()
+
+        async def main() -> None:
+            query = f"projectId={project}&{RANGE}&format=csv"
+            await asyncio.wait_for(
+                client.app(_scope("/api/export", query, auth(user)), receive, send), 120
+            )
+
+        asyncio.run(main())
+        assert bodies[-1][1] is False, "the export was not ended"
+        assert sum(size for size, _ in bodies) > rows * 400  # each row is over 400 bytes
+
+
 # --- a slow reader ----------------------------------------------------------------------------
 
 

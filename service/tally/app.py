@@ -31,6 +31,7 @@ from .http.breakdown import breakdown
 from .http.controllers import ProjectController, alive, collect, dashboard, health
 from .http.errors import EXCEPTION_HANDLERS
 from .http.export import EXPORT_HANDLERS
+from .http.gone import shielded_receive
 from .http.limits import body_cap
 from .http.limits_doc import markdown
 from .http.live import live
@@ -253,8 +254,10 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
         ),
         cors_config=CORS,
         before_send=[add_security_headers],
-        # The cap first: an oversized body is refused before the deadline starts counting.
+        # The cap first: an oversized body is refused before the deadline starts counting. The
+        # shield outermost, next to the server: every cancelled receive() is one it absorbs.
         middleware=[
+            shielded_receive,
             body_cap(settings.max_body_bytes),
             body_deadline(settings.body_timeout_seconds),
             strict_query,

@@ -30,11 +30,17 @@ def body_deadline(seconds: float) -> Any:
                 await app(scope, receive, send)
                 return
             deadline: float | None = None  # set when the application first asks for the body
-            arrived = False  # the whole body: its last http.request message was received
+            # The whole body: its last http.request message was received, or there is none (an
+            # HTTP/1 request without Content-Length or Transfer-Encoding has no body, RFC 9112
+            # 6.3). A GET's empty body is handed over by the server in its own time: under load
+            # granian had not when the export's first chunk was read and the disconnect watch
+            # that asked for it was stopped; the deadline then cut the export off mid-body.
+            arrived = scope.get("http_version") in ("1.0", "1.1") and not _declares_body(scope)
+            answering = False  # the response has started: a 408 can no longer be sent
 
             async def receive_in_time() -> Any:
                 nonlocal deadline, arrived
-                if arrived:
+                if arrived or answering:
                     return await receive()
                 if deadline is None:
                     deadline = asyncio.get_running_loop().time() + seconds
@@ -48,8 +54,20 @@ def body_deadline(seconds: float) -> Any:
                 arrived = message["type"] != "http.request" or not message.get("more_body")
                 return message
 
-            await app(scope, receive_in_time, send)
+            async def send_noting_the_start(message: Any) -> None:
+                nonlocal answering
+                answering = True
+                await send(message)
+
+            await app(scope, receive_in_time, send_noting_the_start)
 
         return handle
 
     return middleware
+
+
+def _declares_body(scope: Scope) -> bool:
+    for name, value in scope["headers"]:
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
+            return True
+    return False
