@@ -103,6 +103,28 @@ def test_the_largest_documented_filters_are_answered_and_one_byte_more_is_400(se
     assert answer.startswith(b"HTTP/1.1 414 ") and answer.endswith(b"\r\n\r\n"), answer
 
 
+def test_routes_without_filters_ignore_a_long_filters_parameter(server):
+    """Only the dashboard and the breakdown take ``filters``: elsewhere the parameter is
+    ignored whatever its length, as a short one always was (a long one was refused with the
+    dashboard's message on health, projects, export, live and collect)."""
+    project_id, key = server.new_project("urls-other", "Site")
+    over = quote(json.dumps(largest_filters(1), separators=(",", ":")), safe="")
+    headers = {"authorization": f"Bearer {token('urls-other')}"}
+    with httpx.Client(base_url=server.url, headers=headers, timeout=120) as http:
+        for target in (
+            "/api/health",
+            "/api/projects",
+            f"/api/live?projectId={project_id}",
+            f"/api/export?projectId={project_id}&from=2026-01-01&to=2026-01-02",
+        ):
+            answer = http.get(f"{target}{'&' if '?' in target else '?'}filters={over}")
+            assert answer.status_code == 200, (target, answer.text[:300])
+        collected = http.post(
+            f"/api/collect?apiKey={key}&filters={over}", json={"events": [{"name": "x"}]}
+        )
+        assert collected.status_code == 202, collected.text[:300]
+
+
 def _raw_get(port: int, target: str) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
         sock.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())

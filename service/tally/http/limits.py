@@ -37,6 +37,8 @@ from ..domain.query_errors import INVALID_PAYLOAD, InvalidQuery
 SMALL_BODY_BYTES = 64 * 1024
 # Paths whose bodies may reach the full cap.
 LARGE_BODY_PATHS = frozenset({"/api/collect"})
+# The routes that take a ``filters`` parameter; the others ignore it, as any unknown one.
+FILTERS_PATHS = frozenset({"/api/dashboard", "/api/breakdown"})
 # The longest request target granian takes (the ``http`` crate's ``Uri``: u16::MAX - 1); 414 with
 # an empty body beyond, before Tally sees the request.
 MAX_TARGET_BYTES = 65_534
@@ -116,8 +118,10 @@ def body_cap(max_bytes: int) -> Any:
             if scope["type"] != "http":
                 await app(scope, receive, send)
                 return
-            check_filters_param(scope.get("query_string", b""))
-            limit = cap_for(scope.get("path", ""), max_bytes)
+            path = scope.get("path", "")
+            if path.rstrip("/") in FILTERS_PATHS:
+                check_filters_param(scope.get("query_string", b""))
+            limit = cap_for(path, max_bytes)
             if not limit:  # collect with TALLY_MAX_BODY_BYTES=0
                 await app(scope, receive, send)
                 return
