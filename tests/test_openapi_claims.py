@@ -121,3 +121,28 @@ def test_a_v2_answer_with_integer_and_decimal_metrics_validates_against_its_sche
     assert any(isinstance(m[1], float) for m in metrics)  # bounce rate: 50.0, a decimal
     schema = DOCUMENT["paths"]["/api/v2/query"]["post"]["responses"]["200"]["content"]
     jsonschema_rs.validate(_resolve(schema["application/json"]["schema"]), response.json())
+
+
+OPERATIONS = sorted(
+    (path, method)
+    for path, item in DOCUMENT["paths"].items()
+    for method, operation in item.items()
+    if isinstance(operation, dict) and "responses" in operation
+)
+
+
+@pytest.mark.parametrize(("path", "method"), OPERATIONS)
+def test_the_statuses_every_route_can_answer_are_documented_on_each(client, path, method):
+    """Any route refuses a parameter given twice (400) and a body declared over its cap (413),
+    whether or not it takes parameters or a body: the document says so on every operation (it
+    did only where a body or parameters were taken; health, projects and key listing missed
+    them)."""
+    declared = DOCUMENT["paths"][path][method]["responses"]
+    assert {"400", "413"} <= set(declared), sorted(declared)
+    repeated = client.request(method.upper(), f"{path}?x=1&x=2")
+    assert repeated.status_code == 400, repeated.text
+    if method != "head":
+        assert repeated.json()["error"] == "Invalid query"
+    if path != "/api/collect":  # its cap is TALLY_MAX_BODY_BYTES, 7 MiB
+        large = client.request(method.upper(), path, content=b"x" * 70_000)
+        assert large.status_code == 413, large.text

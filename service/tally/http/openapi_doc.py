@@ -28,6 +28,7 @@ from litestar.openapi.spec import (
     OpenAPIMediaType,
     OpenAPIResponse,
     Operation,
+    Reference,
     RequestBody,
     Schema,
     SecurityScheme,
@@ -163,10 +164,23 @@ def _amend(path: str, method: str, operation: Operation) -> None:
                 responses[str(code)] = OpenAPIResponse(
                     description=ERROR_DESCRIPTIONS[code], content=error.content
                 )
+    # Every route refuses a malformed query string (a parameter given twice, a NUL: 400) and a
+    # declared body over its cap (413), whether or not it takes a body or parameters.
+    for code in (400, 413):
+        if str(code) not in responses:
+            responses[str(code)] = OpenAPIResponse(
+                description=ERROR_DESCRIPTIONS[code], content=dict(_ERROR_CONTENT)
+            )
+    operation.responses = responses
     for status in ("429", "503"):
         response = responses.get(status)
         if isinstance(response, OpenAPIResponse):
             response.headers = {"Retry-After": _RETRY_AFTER}
+
+
+_ERROR_CONTENT = {
+    "application/json": OpenAPIMediaType(schema=Reference(ref="#/components/schemas/Error"))
+}
 
 
 def _export_content(operation: Operation) -> None:
