@@ -410,18 +410,18 @@ def test_columns_added_later_come_along(make_client: Any, user: str) -> None:
         ("", {"$.projectId": "is required", "$.from": "is required", "$.to": "is required"}),
         (
             "projectId=XYZ&from=2026-01-01&to=2026-01-02",
-            {"$.projectId": "must be 24 lowercase hexadecimal characters"},
+            {"$.projectId": "must be a 24-character id (lowercase hex digits)"},
         ),
         (
             "projectId={p}&from=2026-1-1&to=2026-02-30",
             {
-                "$.from": "must be a date written YYYY-MM-DD, e.g. 2026-11-23",
-                "$.to": "must be a date written YYYY-MM-DD, e.g. 2026-11-23",
+                "$.from": "must be a date as YYYY-MM-DD",
+                "$.to": "must be a date as YYYY-MM-DD",
             },
         ),
         (
             "projectId={p}&from=2026-01-01T00:00:00Z&to=2026-01-02",
-            {"$.from": "must be a date written YYYY-MM-DD, e.g. 2026-11-23"},
+            {"$.from": "must be a date as YYYY-MM-DD"},
         ),
         ("projectId={p}&from=2026-01-03&to=2026-01-02", {"$.to": "must not be before from"}),
         ("projectId={p}&from=2300-01-02&to=2300-01-01", {"$.to": "must not be before from"}),

@@ -26,6 +26,7 @@ from ..storage import export as export_storage
 from ..storage.export import FORMATS, ExportSpec
 from .access import asking_user, get_head, owned_project, project_route
 from .gone import ClientGone, disconnected
+from .messages import DATE_MESSAGE, OBJECT_ID
 from .ratelimit import RateLimits
 
 log = logging.getLogger("tally.export")
@@ -86,7 +87,7 @@ def _day(value: str | None, name: str, problems: list[tuple[str, str]]) -> date 
             raise ValueError
         day = date.fromisoformat(value)
     except ValueError:
-        problems.append((name, "must be a date written YYYY-MM-DD, e.g. 2026-11-23"))
+        problems.append((name, DATE_MESSAGE))
         return None
     return day
 
@@ -100,7 +101,7 @@ def parse_query(
     if not project_id:
         problems.append(("projectId", "is required"))
     elif not re.match(OBJECT_ID_PATTERN, project_id):
-        problems.append(("projectId", "must be 24 lowercase hexadecimal characters"))
+        problems.append(("projectId", OBJECT_ID))
     start = _day(first, "from", problems)
     end = _day(last, "to", problems)
     if start and end and end < start:

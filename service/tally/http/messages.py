@@ -19,6 +19,7 @@ from ..query.breakdown import MAX_LIMIT, By
 # ISO 8601's extended form (RFC 3339's): its basic form, 20261123T100000Z, is refused too.
 ISO_EXAMPLE = "must be an ISO 8601 date-time in its extended form, e.g. 2026-11-23T10:00:00Z"
 OBJECT_ID = "must be a 24-character id (lowercase hex digits)"
+DATE_MESSAGE = "must be a date as YYYY-MM-DD"
 NOT_UTF8 = "is not valid UTF-8"
 
 # Whole rules by the field's last path segment (body fields and query parameters).
@@ -100,7 +101,7 @@ def plain(message: str, path: str, in_query: bool = False, in_key: bool = False)
         return f"$.{match['field']}", "is required"
     if _REGEX.match(message):
         if field in ("from", "to"):
-            return path, "must be a date as YYYY-MM-DD"
+            return path, DATE_MESSAGE
         if field == "occurredAt":
             return path, ISO_EXAMPLE
         if field in ("projectId", "keyId"):
