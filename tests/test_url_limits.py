@@ -125,6 +125,19 @@ def test_routes_without_filters_ignore_a_long_filters_parameter(server):
         assert collected.status_code == 202, collected.text[:300]
 
 
+def test_cleartext_http2_is_refused_where_the_header_deadline_would_not_hold(server):
+    """Tally speaks HTTP/1 (HTTP/2 to browsers is a TLS proxy's side). granian's default also
+    took cleartext HTTP/2 by prior knowledge, without the header deadline: a connection that
+    sent part of its headers, or nothing after the preface, stayed open for good (a review held
+    one for 120 s). The preface now gets the connection closed, not a SETTINGS frame."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        answer = sock.recv(100)
+    settings_frame = len(answer) >= 9 and answer[3] == 0x04  # HTTP/2's frame type 4
+    assert not settings_frame, answer
+    assert answer == b"" or answer.startswith(b"HTTP/1.1 4"), answer
+
+
 def _raw_get(port: int, target: str) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
         sock.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())

@@ -210,7 +210,7 @@ def schema(database: str | None, cluster: str | None) -> None:
 def serve(host: str, port: int, workers: int, migrate: bool) -> None:
     """Run the HTTP API under granian (applies the schema first, unless --no-migrate)."""
     from granian import Granian
-    from granian.constants import Interfaces
+    from granian.constants import HTTPModes, Interfaces
     from granian.http import HTTP1Settings
 
     from .supervision import PARENT_ENV, port_is_free
@@ -280,6 +280,10 @@ def serve(host: str, port: int, workers: int, migrate: bool) -> None:
         # The request target (path and query string) is capped at 65,534 bytes by granian's HTTP
         # library (the http crate's Uri), 414 beyond, whatever max_buffer_size says (that bounds
         # the headers): http/limits.py caps filters at 16 KiB so that every valid query fits.
+        # HTTP/1 only: granian's default ("auto") also took cleartext HTTP/2 (prior knowledge),
+        # where the header deadline does not apply: a connection sending part of its headers,
+        # or nothing, was held open for good. HTTP/2 to browsers is the TLS proxy's side.
+        http=HTTPModes.http1,
         http1_settings=HTTP1Settings(
             header_read_timeout=int(settings.header_timeout_seconds * 1000)
         ),
