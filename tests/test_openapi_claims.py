@@ -146,3 +146,21 @@ def test_the_statuses_every_route_can_answer_are_documented_on_each(client, path
     if path != "/api/collect":  # its cap is TALLY_MAX_BODY_BYTES, 7 MiB
         large = client.request(method.upper(), path, content=b"x" * 70_000)
         assert large.status_code == 413, large.text
+
+
+@pytest.mark.parametrize("path", sorted(DOCUMENT["paths"]))
+def test_a_plain_options_lists_the_documented_methods_of_its_path_without_a_session(client, path):
+    """OPTIONS (not a CORS preflight) answers 204 with every method the document gives the
+    path. On /api/projects and /api/projects/keys it asked for a session (401) and, with one,
+    listed OPTIONS and POST alone."""
+    answer = client.options(path)
+    assert answer.status_code == 204, answer.text
+    documented = {method.upper() for method in DOCUMENT["paths"][path]} & {
+        "GET",
+        "HEAD",
+        "POST",
+        "PUT",
+        "PATCH",
+        "DELETE",
+    }
+    assert answer.headers["allow"] == ", ".join(sorted(documented | {"OPTIONS"}))

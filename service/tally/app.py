@@ -25,7 +25,7 @@ from .domain import zones
 from .domain.geo import CountryReader
 from .domain.privacy import IpHasher
 from .http import collect_fast, cors, openapi_doc
-from .http.access import ProjectLocks
+from .http.access import ProjectLocks, true_allow
 from .http.auth import SessionVerifier
 from .http.breakdown import breakdown
 from .http.controllers import ProjectController, alive, collect, dashboard, health
@@ -253,7 +253,7 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
             + markdown(settings),
         ),
         cors_config=CORS,
-        before_send=[add_security_headers],
+        before_send=[add_security_headers, true_allow],
         # The cap first: an oversized body is refused before the deadline starts counting. The
         # shield outermost, next to the server: every cancelled receive() is one it absorbs.
         middleware=[

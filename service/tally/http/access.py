@@ -113,6 +113,26 @@ async def project_settings(state: State, user: str, project_id: str) -> tuple[st
     return settings.timezone, settings.exclude_bots
 
 
+async def true_allow(message: Any, scope: Any) -> None:
+    """``before_send``: a plain OPTIONS answer's ``Allow`` lists every method of its path.
+    Litestar's own OPTIONS handler keeps the methods of the handlers its path had when it was
+    made: on /api/projects and /api/projects/keys, whose handlers come from a controller, it
+    listed OPTIONS and POST alone."""
+    if message["type"] != "http.response.start" or scope.get("method") != "OPTIONS":
+        return
+    headers = message.get("headers", [])
+    if not any(name.lower() == b"allow" for name, _ in headers):
+        return  # a CORS preflight's answer
+    path = scope["path"].rstrip("/") or "/"
+    for known in scope["litestar_app"].routes:
+        if known.path == path:
+            methods = ", ".join(sorted(known.methods)).encode()
+            message["headers"] = [
+                (name, methods if name.lower() == b"allow" else value) for name, value in headers
+            ]
+            return
+
+
 def get_head(path: str, **options: Any) -> Any:
     """``@get`` that answers HEAD too (RFC 9110 9.3.2: HEAD wherever GET is; uptime checks and
     scripts probe with it): the same status and headers, no body."""

@@ -175,6 +175,8 @@ def _bearer(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
 async def session_guard(
     connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler
 ) -> None:
+    if connection.scope.get("method") == "OPTIONS":
+        return  # the path's methods, as every route tells them (controllers.options)
     token = _bearer(connection)
     if token is None:
         raise Unauthorized
