@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from conftest import new_project, stored
+from tally.http.collect_fast import header_text
 
 SAFARI_IPHONE = (
     "Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) AppleWebKit/605.1.15 "
@@ -284,6 +285,32 @@ def test_a_user_agent_is_read_and_stored_up_to_512_characters(client, project):
         p=project_id,
     )
     assert rows == [(agent[:512], "Chrome")]
+
+
+@pytest.mark.parametrize("key_in", ["header", "query"])  # the fast path, the Litestar route
+def test_a_user_agent_in_utf_8_is_stored_as_written(client, project, key_in):
+    """Header bytes reach the application read as Latin-1: a UTF-8 User-Agent was stored
+    garbled (CafÃ©; Ã\x96sterreich). Now its text is stored as sent; bytes that are not UTF-8
+    are kept as Latin-1 characters."""
+    project_id, key = project
+    sent = ["MyApp/2.1 (Café; Österreich) 東京", "Plain/1.0"]
+    for agent in sent:
+        headers = {"content-type": "application/json", "user-agent": agent.encode()}
+        if key_in == "header":
+            target = "/api/collect"
+            headers["x-api-key"] = key.encode()
+        else:
+            target = f"/api/collect?apiKey={key}"
+        response = client.post(target, content=json.dumps(one()), headers=headers)
+        assert response.status_code == 202, response.text
+    rows = stored(
+        client,
+        "SELECT user_agent FROM {db}.events WHERE project_id = {p:String} ORDER BY user_agent",
+        p=project_id,
+    )
+    assert [agent for (agent,) in rows] == sorted(sent)
+    # Bytes that are not UTF-8 (b"Na\xefve") stay as read, one Latin-1 character per byte.
+    assert header_text(b"Na\xefve".decode("latin-1")) == "Naïve"
 
 
 def test_omitted_occurred_at_is_receipt_time_and_future_is_clamped(client, project):

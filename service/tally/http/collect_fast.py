@@ -208,6 +208,19 @@ def _client_ip(scope: Scope) -> str:
     return str(client[0]) if client else ""
 
 
+def header_text(value: str) -> str:
+    """A header's text as its sender wrote it. ASGI gives header bytes, read as Latin-1 (each
+    byte a character); a User-Agent with non-ASCII text is sent in UTF-8 (browsers on some
+    systems, apps naming themselves) and was stored garbled (``CafÃ©``). Bytes that are not
+    UTF-8 stay read as Latin-1."""
+    if value.isascii():
+        return value
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return value
+
+
 async def accept(state: Any, record: Any, events: Any, ip: str, user_agent: str) -> int:
     """Collect's work once the request is read and decoded, for both paths: the rate limits,
     enrichment into rows, the ingest log (returns once fsynced), the key's last use. Returns
@@ -221,7 +234,7 @@ async def accept(state: Any, record: Any, events: Any, ip: str, user_agent: str)
         key_id=record.id,
         received_ms=time.time_ns() // 1_000_000,
         ip=state.hash_ip(ip),
-        user_agent=user_agent,
+        user_agent=header_text(user_agent),
         country=state.geo.country(ip),  # from the raw address, before hash_ip drops it
     )
     if state.registry.cached(record.key_hash) is None:
