@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+
 import pytest
 
 from conftest import auth, new_project
@@ -109,6 +111,37 @@ BYTES = [
     (b'{"events":[{"name":"a","name":"b"}]}', "application/json", "has the key 'name' twice"),
     (b'\xef\xbb\xbf{"events":[]}', "application/json", "starts with a byte order mark"),
 ]
+
+
+@pytest.mark.parametrize("route", ["collect fast path", "collect route", "projects"])
+def test_a_compressed_body_is_refused_saying_so(client, route):
+    """Bodies are read as sent: a gzip body was refused as "not valid UTF-8", and plain JSON
+    labelled gzip was accepted. Any coding but identity is now refused, named."""
+    _, key = new_project(client, user="messages")
+    plain = b'{"events":[{"name":"a"}]}' if route != "projects" else b'{"name":"Site"}'
+    target, headers = {
+        "collect fast path": ("/api/collect", {"x-api-key": key}),
+        "collect route": (f"/api/collect?apiKey={key}", {}),
+        "projects": ("/api/projects", auth("messages")),
+    }[route]
+    headers = headers | {"content-type": "application/json"}
+    for body, coding in ((gzip.compress(plain), "gzip"), (plain, "gzip"), (plain, "Br")):
+        response = client.post(target, content=body, headers=headers | {"content-encoding": coding})
+        assert response.status_code == 400, response.text
+        assert response.json() == {
+            "error": "Invalid payload",
+            "details": [
+                {
+                    "path": "$",
+                    "message": f"must be sent uncompressed; Content-Encoding {coding.lower()} "
+                    "is not accepted",
+                }
+            ],
+        }
+    accepted = client.post(
+        target, content=plain, headers=headers | {"content-encoding": "identity"}
+    )
+    assert accepted.status_code in (201, 202), accepted.text
 
 
 def test_a_metadata_number_out_of_range_names_its_key(client):

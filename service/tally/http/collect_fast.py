@@ -133,11 +133,13 @@ class CollectFastPath:
         body = await self._read(receive)
         # 4. decoding and every check of the bytes.
         content_type = _header(scope, b"content-type")
+        content_encoding = _header(scope, b"content-encoding")
         data = check_body(
             _decoder,
             body,
             None if content_type is None else content_type.decode("latin-1"),
             _count_strings,
+            None if content_encoding is None else content_encoding.decode("latin-1"),
         )
         # 5. what the route's handler does too (http/controllers.py's collect).
         user_agent = (_header(scope, b"user-agent") or b"").decode("latin-1")

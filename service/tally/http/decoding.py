@@ -71,12 +71,13 @@ class StructDTO(AbstractDTO[T], Generic[T]):
         )
 
     def decode_bytes(self, value: bytes) -> Any:
-        content_type = self.asgi_connection.headers.get("content-type")
+        headers = self.asgi_connection.headers
         return check_body(
             self._decoders[self.model_type],
             value,
-            content_type,
+            headers.get("content-type"),
             _KEY_COUNTERS.get(self.model_type),
+            headers.get("content-encoding"),
         )
 
     def decode_builtins(self, value: Any) -> Any:
@@ -91,9 +92,15 @@ def check_body(
     value: bytes,
     content_type: str | None,
     count_keys: Callable[[Any], int] | None = None,
+    content_encoding: str | None = None,
 ) -> Any:
     """Decode ``value`` with ``decoder``, or raise the 400 that says why not. ``count_keys``
     counts the keys of a decoded body (a fast path for the duplicate-key check)."""
+    coding = (content_encoding or "").strip().lower()
+    if coding not in ("", "identity"):
+        # Bodies are read as sent: a gzip body was refused as "not valid UTF-8", and plain JSON
+        # labelled gzip was accepted.
+        raise _refuse("$", f"must be sent uncompressed; Content-Encoding {coding} is not accepted")
     media = (content_type or "").split(";", 1)[0].strip().lower()
     if media not in JSON_TYPES:
         raise _refuse(
