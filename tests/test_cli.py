@@ -28,13 +28,16 @@ def clean_env(tmp_path, **extra: str) -> dict[str, str]:
 @pytest.mark.slow
 def test_the_listening_line_comes_once_a_worker_answers(tmp_path):
     """A script that waits for "Tally listening on" connects at once: the line was logged when
-    granian was started, seconds before its worker took connections (refused meanwhile)."""
+    granian was started, seconds before its worker took connections (refused meanwhile).
+    A misspelt TALLY_ name is said, with the setting it resembles (it was ignored silently);
+    the Compose files' TALLY_HTTP_PORT is not a misspelling."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
+    env = clean_env(tmp_path) | {"TALLY_KEY_REFRESH_SECOND": "1", "TALLY_HTTP_PORT": "9000"}
     proc = subprocess.Popen(
         [*TALLY, "serve", "--port", str(port)],
         cwd=tmp_path,
-        env=clean_env(tmp_path),
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -53,6 +56,11 @@ def test_the_listening_line_comes_once_a_worker_answers(tmp_path):
         assert httpx.get(f"{url}/api/health/live", timeout=10).status_code == 200
         assert f"Tally listening on {url}" in seen[-1]
         assert any(f"Tally starting on {url}" in line for line in seen), seen
+        [misspelt] = [line for line in seen if "is not a setting" in line]
+        assert misspelt.rstrip().endswith(
+            "TALLY_KEY_REFRESH_SECOND is not a setting of Tally and is ignored "
+            "(did you mean TALLY_KEY_REFRESH_SECONDS?)"
+        ), misspelt
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(60)

@@ -24,6 +24,7 @@ from .config import (
     dev_secret,
     load_settings,
     settings_to_env,
+    unknown_names,
 )
 
 log = logging.getLogger("tally")
@@ -217,6 +218,8 @@ def serve(host: str, port: int, workers: int, migrate: bool) -> None:
 
     settings = load_settings()
     _setup_logging(settings)
+    for line in unknown_names():
+        log.warning("%s", line)
     host = _address(host)
     _usable_data_folder(settings)
     if settings.geoip_db:

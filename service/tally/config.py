@@ -6,6 +6,7 @@ build their own :class:`Settings` directly.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
@@ -165,6 +166,36 @@ def _read_env(environ: dict[str, str] | None, env_file: str | Path | None) -> di
         if name in fields and value is not None:
             out[name] = value
     return out
+
+
+# TALLY_* names that are not settings of the server: the Compose files' port, the test suite's
+# server, the benchmark's wrk script.
+NOT_SETTINGS = frozenset(
+    {"HTTP_PORT", "TEST_CLICKHOUSE_URL", "TEST_CLICKHOUSE_CLUSTER", "KEY", "EVENTS"}
+)
+
+
+def unknown_names(
+    environ: dict[str, str] | None = None, env_file: str | Path | None = ".env"
+) -> list[str]:
+    """One line per ``TALLY_*`` variable that names no setting (a misspelt name is otherwise
+    ignored without a word: ``TALLY_KEY_REFRESH_SECOND`` left revoked keys usable on other
+    workers for the default time), with the setting it most resembles."""
+    names = set()
+    if env_file is not None and Path(env_file).is_file():
+        names.update(k for k in dotenv_values(env_file) if k.startswith(ENV_PREFIX))
+    env = os.environ if environ is None else environ
+    names.update(k for k in env if k.startswith(ENV_PREFIX))
+    fields = [f.upper() for f in Settings.__struct_fields__]
+    lines = []
+    for key in sorted(names):
+        name = key[len(ENV_PREFIX) :]
+        if name.lower() in Settings.__struct_fields__ or name in NOT_SETTINGS:
+            continue
+        close = difflib.get_close_matches(name, fields, n=1, cutoff=0.75)
+        hint = f" (did you mean {ENV_PREFIX}{close[0]}?)" if close else ""
+        lines.append(f"{key} is not a setting of Tally and is ignored{hint}")
+    return lines
 
 
 def load_settings(
