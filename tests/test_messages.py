@@ -107,6 +107,16 @@ BYTES = [
     (b"", "application/json", "a JSON body is required"),
     (b'{"events":', "application/json", "is not valid JSON: it ends too early"),
     (b"{nope}", "application/json", "is not valid JSON (at byte 1)"),
+    (
+        b'{"events":[{"name":"a","metadata":{"x":NaN}}]}',
+        "application/json",
+        "is not valid JSON (at byte 39): NaN and Infinity are not numbers in JSON; send null",
+    ),
+    (
+        b'{"events":[{"name":"a","metadata":{"x":-Infinity}}]}',
+        "application/json",
+        "is not valid JSON (at byte 40): NaN and Infinity are not numbers",
+    ),
     (b'{"events":[{"name":"a"}]}', "application/xml", "the content type must be application/json"),
     (b'{"events":[{"name":"a","name":"b"}]}', "application/json", "has the key 'name' twice"),
     (b'\xef\xbb\xbf{"events":[]}', "application/json", "starts with a byte order mark"),

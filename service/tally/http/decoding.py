@@ -128,6 +128,14 @@ def check_body(
         if LONE_SURROGATE.search(value):
             words = f"{NOT_UTF8}: it contains a lone surrogate (\\ud800-\\udfff)"
             raise _refuse("$", words) from None
+        at = _MALFORMED_AT.search(str(exc))
+        if at is not None and value.startswith((b"NaN", b"Infinity"), int(at.group(1))):
+            # What Python's json.dumps writes for a float that is not a number.
+            raise _refuse(
+                "$",
+                f"is not valid JSON (at byte {at.group(1)}): NaN and Infinity are not numbers "
+                "in JSON; send null or leave the field out",
+            ) from None
         raise _invalid(str(exc)) from None
     long_number = _LONG_DIGITS.search(value) is not None
     if long_number or count_keys is None or not _no_duplicates_fast(value, count_keys(decoded)):
@@ -226,6 +234,7 @@ def _refuse(path: str, message: str) -> ValidationException:
     )
 
 
+_MALFORMED_AT = re.compile(r"^JSON is malformed: invalid character \(byte (\d+)\)$")
 _AT = re.compile(r"`\$\.?(.*)`$")
 
 
