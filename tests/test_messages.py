@@ -310,6 +310,49 @@ def test_v2_query_messages(client, body, path, message):
     }
 
 
+@pytest.mark.parametrize(
+    ("raw", "path"),
+    [
+        (b'{"site_id":1e400,"metrics":["visitors"],"date_range":"7d"}', "$.site_id"),
+        (
+            b'{"site_id":"000000000000000000000000","metrics":["visitors"],"date_range":"7d",'
+            b'"pagination":{"limit":1e400}}',
+            "$.pagination.limit",
+        ),
+        (
+            b'{"site_id":"000000000000000000000000","metrics":["visitors"],"date_range":"7d",'
+            b'"filters":[["is","event:page",[1,-1e999]]]}',
+            "$.filters[0][2][1]",
+        ),
+    ],
+)
+def test_a_v2_number_out_of_range_is_named_by_its_path(client, raw, path):
+    """v2's body is checked before its shape is known: msgspec named every key of the path
+    ``[...]`` (``$[...][...]``); the number's own path is found in the body."""
+    response = client.post(
+        "/api/v2/query",
+        content=raw,
+        headers=auth("messages") | {"content-type": "application/json"},
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["details"] == [
+        {"path": path, "message": "is out of range (numbers must fit a 64-bit integer or a double)"}
+    ]
+
+
+def test_a_compressed_v2_query_is_refused_saying_so(client):
+    plain_body = b'{"site_id":"000000000000000000000000","metrics":["visitors"],"date_range":"7d"}'
+    response = client.post(
+        "/api/v2/query",
+        content=gzip.compress(plain_body),
+        headers=auth("messages") | {"content-type": "application/json", "content-encoding": "gzip"},
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["details"][0]["message"] == (
+        "must be sent uncompressed; Content-Encoding gzip is not accepted"
+    )
+
+
 def test_array_and_object_lengths_are_said_in_the_right_number():
     """Any other body's array or object with a length rule: items or keys, singular for 1."""
     assert plain("Expected `array` of length >= 1", "$.things") == (

@@ -15,6 +15,7 @@ a raw NUL byte, duplicate keys, numbers out of range, nesting of any depth.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Generator
 from typing import Any, ClassVar, Generic, TypeVar
@@ -251,6 +252,9 @@ def _invalid(message: str, body: bytes | None = None) -> ValidationException:
     if body is not None and (value_of := _METADATA_VALUE.match(path)):
         name = _bad_metadata_key(body, int(value_of.group(1)))
         path = path.removesuffix("[...]") + ("" if name is None else _member(name))
+    elif body is not None and "[...]" in path and text == "Number out of range":
+        # A body decoded without a shape (v2's first checks) names every key ``[...]``.
+        path = _infinite_number_path(body) or path
     return ValidationException(
         detail="Validation failed", extra=[{"message": words, "key": path, "source": "body"}]
     )
@@ -268,6 +272,25 @@ class _Events(msgspec.Struct):
 
 class _EventMetadata(msgspec.Struct):
     metadata: msgspec.Raw = msgspec.Raw(b"null")
+
+
+def _infinite_number_path(body: bytes) -> str | None:
+    """The path of the first number of ``body`` too large for a double (Python's parser reads
+    it as infinity), or None."""
+    try:
+        document = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    stack: list[tuple[Any, str]] = [(document, "$")]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, float) and math.isinf(node):
+            return path
+        if isinstance(node, dict):
+            stack.extend((v, path + _member(k)) for k, v in reversed(node.items()))
+        elif isinstance(node, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in reversed(list(enumerate(node))))
+    return None
 
 
 def _member(name: str) -> str:

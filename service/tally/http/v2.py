@@ -52,7 +52,10 @@ async def v2_query(request: Request[Any, Any, Any], state: State) -> V2Response:
     body = await request.body()
     # The checks every JSON body gets (content type, byte order mark, UTF-8, duplicate keys,
     # nesting), then the query's own shape.
-    decoded = check_body(_JSON, body, request.headers.get("content-type"))
+    headers = request.headers
+    decoded = check_body(
+        _JSON, body, headers.get("content-type"), None, headers.get("content-encoding")
+    )
     try:
         v2 = parse_query(body)
     except InvalidQuery as exc:  # msgspec's wording of a shape error, in plain words
