@@ -696,6 +696,42 @@ def test_an_export_whose_query_fails_midway_is_cut_off_never_ended_as_whole(
         assert _running_exports(client) == 0
 
 
+class _Download:
+    """An export read through the ASGI interface by a client that stays to its end: ``send``
+    records each body message, sets ``first_chunk`` once the CSV header and the first chunk are
+    out, waits ``pause`` seconds after each (a reader slower than the engine) and sets ``done``
+    at the last. The test's ``receive`` plays the server's side."""
+
+    def __init__(self, pause: float) -> None:
+        self.pause = pause
+        self.first_chunk = asyncio.Event()
+        self.done = asyncio.Event()
+        self.bodies: list[tuple[int, bool]] = []
+
+    async def send(self, message: dict[str, Any]) -> None:
+        if message["type"] != "http.response.body":
+            assert message["status"] == 200, message
+            return
+        self.bodies.append((len(message.get("body", b"")), bool(message.get("more_body"))))
+        if len(self.bodies) == 2:
+            self.first_chunk.set()
+        await asyncio.sleep(self.pause)
+        if not message.get("more_body"):
+            self.done.set()
+
+    def run(self, client: Any, user: str, project: str, receive: Any, **scope: Any) -> int:
+        """The bytes received, once the export has ended whole."""
+        query = f"projectId={project}&{RANGE}&format=csv"
+
+        async def main() -> None:
+            request = _scope("/api/export", query, auth(user)) | scope
+            await asyncio.wait_for(client.app(request, receive, self.send), 120)
+
+        asyncio.run(main())
+        assert self.bodies[-1][1] is False, "the export was not ended"
+        return sum(size for size, _ in self.bodies)
+
+
 @pytest.mark.parametrize("http_version", ["1.1", "2"])
 def test_an_export_is_not_cut_off_when_the_server_hands_over_the_empty_body_late(
     make_client: Any, user: str, http_version: str
@@ -712,41 +748,22 @@ def test_an_export_is_not_cut_off_when_the_server_hands_over_the_empty_body_late
     with make_client(body_timeout_seconds=0.05) as client:
         project, _ = new_project(client, user)
         _fill(client, project, rows)
-        first_chunk = asyncio.Event()
-        done = asyncio.Event()
+        download = _Download(pause=0.01)  # past the deadline, in all
         handed_over = False
-        bodies: list[tuple[int, bool]] = []
 
         async def receive() -> dict[str, Any]:
             nonlocal handed_over
             if not handed_over:
-                await first_chunk.wait()  # the watch asking first is stopped before this
+                await download.first_chunk.wait()  # the watch asking first is stopped before
                 await asyncio.sleep(0.2)  # past the body deadline
                 handed_over = True
                 return {"type": "http.request", "body": b"", "more_body": False}
-            await done.wait()  # the client stays until the whole file is sent
+            await download.done.wait()  # the client stays until the whole file is sent
             return {"type": "http.disconnect"}
 
-        async def send(message: dict[str, Any]) -> None:
-            if message["type"] != "http.response.body":
-                assert message["status"] == 200, message
-                return
-            bodies.append((len(message.get("body", b"")), bool(message.get("more_body"))))
-            if len(bodies) == 2:  # the CSV header and the first chunk
-                first_chunk.set()
-            await asyncio.sleep(0.01)  # a reader slower than the engine: past the deadline
-            if not message.get("more_body"):
-                done.set()
-
-        async def main() -> None:
-            query = f"projectId={project}&{RANGE}&format=csv"
-            scope = _scope("/api/export", query, auth(user)) | {"http_version": http_version}
-            await asyncio.wait_for(client.app(scope, receive, send), 120)
-
-        asyncio.run(main())
-        assert bodies[-1][1] is False, "the export was not ended"
+        sent = download.run(client, user, project, receive, http_version=http_version)
         assert handed_over
-        assert sum(size for size, _ in bodies) > rows * 400  # each row is over 400 bytes
+        assert sent > rows * 400  # each row is over 400 bytes
 
 
 def test_an_export_is_not_cut_off_by_a_server_that_answers_a_cancelled_receive_as_gone(
@@ -762,11 +779,9 @@ def test_an_export_is_not_cut_off_by_a_server_that_answers_a_cancelled_receive_a
     with make_client() as client:
         project, _ = new_project(client, user)
         _fill(client, project, rows)
-        first_chunk = asyncio.Event()
-        done = asyncio.Event()
+        download = _Download(pause=0)
         unanswered_cancel = asyncio.Event()  # then every receive() answers http.disconnect
         answered = False
-        bodies: list[tuple[int, bool]] = []
 
         async def first_of(*events: asyncio.Event) -> None:
             waits = [asyncio.ensure_future(event.wait()) for event in events]
@@ -780,36 +795,17 @@ def test_an_export_is_not_cut_off_by_a_server_that_answers_a_cancelled_receive_a
             nonlocal answered
             if not answered:
                 try:
-                    await first_of(first_chunk, unanswered_cancel)
+                    await first_of(download.first_chunk, unanswered_cancel)
                 except asyncio.CancelledError:
                     unanswered_cancel.set()
                     raise
                 if not unanswered_cancel.is_set():
                     answered = True
                     return {"type": "http.request", "body": b"", "more_body": False}
-            await first_of(done, unanswered_cancel)  # the client stays to the end
+            await first_of(download.done, unanswered_cancel)  # the client stays to the end
             return {"type": "http.disconnect"}
 
-        async def send(message: dict[str, Any]) -> None:
-            if message["type"] != "http.response.body":
-                assert message["status"] == 200, message
-                return
-            bodies.append((len(message.get("body", b"")), bool(message.get("more_body"))))
-            if len(bodies) == 2:  # the CSV header and the first chunk
-                first_chunk.set()
-            await asyncio.sleep(0)
-            if not message.get("more_body"):
-                done.set()
-
-        async def main() -> None:
-            query = f"projectId={project}&{RANGE}&format=csv"
-            await asyncio.wait_for(
-                client.app(_scope("/api/export", query, auth(user)), receive, send), 120
-            )
-
-        asyncio.run(main())
-        assert bodies[-1][1] is False, "the export was not ended"
-        assert sum(size for size, _ in bodies) > rows * 400  # each row is over 400 bytes
+        assert download.run(client, user, project, receive) > rows * 400
 
 
 # --- a slow reader ----------------------------------------------------------------------------
