@@ -113,7 +113,8 @@ def rows(settings: Settings | None = None) -> list[tuple[str, str]]:
         (
             "body encoding",
             "UTF-8 JSON, no byte order mark, no duplicate keys; content type "
-            "`application/json` or `text/plain`",
+            "`application/json` or `text/plain`; uncompressed (a `Content-Encoding` other than "
+            "`identity` is a 400)",
         ),
         (
             "collect rate limits",
