@@ -3,9 +3,12 @@ start, in one line naming the variable (config.check)."""
 
 from __future__ import annotations
 
+import multiprocessing
+from pathlib import Path
+
 import pytest
 
-from tally.config import load_settings
+from tally.config import Settings, dev_secret, load_settings
 
 REFUSED = {
     # A misspelt "hash" stored every client IP in clear.
@@ -95,6 +98,13 @@ REFUSED = {
         {"TALLY_IP_HASH_SECRET": "CHANGE-ME"},
         "TALLY_IP_HASH_SECRET is the placeholder 'CHANGE-ME' of deploy/'s examples",
     ),
+    # a short key is guessed, and with it every hash reversed
+    "ip hash secret of 1 byte": (
+        {"TALLY_IP_HASH_SECRET": "a"},
+        "TALLY_IP_HASH_SECRET must be at least 32 bytes",
+    ),
+    "ip hash secret of spaces": ({"TALLY_IP_HASH_SECRET": "   "}, "got 0"),
+    "ip hash secret of 31 bytes": ({"TALLY_IP_HASH_SECRET": "k" * 31}, "got 31"),
     "secret of 3 bytes": (
         {"TALLY_JWT_SECRET": "abc"},
         "TALLY_JWT_SECRET must be at least 32 bytes",
@@ -136,6 +146,7 @@ ACCEPTED = {
         "TALLY_CLICKHOUSE_POOL_SIZE": "256",
     },
     "secret of 32 bytes": {"TALLY_JWT_SECRET": "s" * 32},
+    "ip hash secret of 32 bytes": {"TALLY_IP_HASH_SECRET": "k" * 32},
     "rate over several periods": {"TALLY_COLLECT_LIMIT_PER_KEY": "10/2 seconds"},
 }
 
@@ -163,3 +174,36 @@ def test_an_empty_data_dir_is_the_default(tmp_path, monkeypatch):
     for empty in ("", "  "):
         settings = load_settings(environ={"TALLY_DATA_DIR": empty}, env_file=None)
         assert settings.data_path == tmp_path.resolve() / ".tally", empty
+
+
+def _race_for_secret(folder: str, start: object, answers: object) -> None:
+    start.wait()  # type: ignore[attr-defined]
+    answers.put(dev_secret(Settings(data_dir=folder), name="ip-hash-secret"))  # type: ignore[attr-defined]
+
+
+def test_processes_racing_to_make_a_secret_all_get_the_same_whole_one(tmp_path: Path) -> None:
+    """Workers started at once each made the IP hash secret on first use: opened by name and
+    written after, the file was read empty by some (7 rounds in 150 of 8 processes), which
+    hashed IPs with an empty key, or differently from the others. Every process now gets the
+    one secret, whole."""
+    fork = multiprocessing.get_context("fork")
+    for round_ in range(60):
+        folder = str(tmp_path / f"round-{round_}")
+        start, answers = fork.Barrier(8), fork.Queue()
+        racers = [
+            fork.Process(target=_race_for_secret, args=(folder, start, answers)) for _ in range(8)
+        ]
+        for racer in racers:
+            racer.start()
+        got = {answers.get(timeout=60) for _ in racers}
+        for racer in racers:
+            racer.join(60)
+        assert len(got) == 1 and len(got.pop()) >= 32, (round_, got)
+
+
+def test_an_empty_secret_file_is_refused_not_used(tmp_path: Path) -> None:
+    settings = Settings(data_dir=str(tmp_path))
+    (tmp_path / "ip-hash-secret").write_text("")
+    with pytest.raises(SystemExit) as refused:
+        dev_secret(settings, name="ip-hash-secret")
+    assert "ip-hash-secret is empty (a write cut off by a crash?); delete it" in str(refused.value)

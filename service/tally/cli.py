@@ -26,6 +26,7 @@ from .config import (
     settings_to_env,
     unknown_names,
 )
+from .domain.privacy import IP_SECRET_FILE
 
 log = logging.getLogger("tally")
 
@@ -242,6 +243,9 @@ def serve(host: str, port: int, workers: int, migrate: bool) -> None:
         )
     if settings.embedded:
         _hold_engine_folder(settings)
+    if settings.ip_privacy == "hash" and not settings.ip_hash_secret:
+        # Made here, before the workers, which would otherwise each race to make it.
+        dev_secret(settings, name=IP_SECRET_FILE)
     if settings.dev_mode:
         dev_secret(settings)
         log.warning(

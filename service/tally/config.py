@@ -11,6 +11,8 @@ import math
 import os
 import re
 import secrets
+import tempfile
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -399,6 +401,13 @@ def check(settings: Settings) -> list[str]:
             "examples, known to anyone who would reverse the hashes: set a random one (openssl "
             "rand -hex 32), or leave it empty for a random one kept in the data folder"
         )
+    elif settings.ip_hash_secret and len(settings.ip_hash_secret.strip().encode()) < 32:
+        problems.append(
+            "TALLY_IP_HASH_SECRET must be at least 32 bytes (the key of HMAC-SHA-256; a short "
+            "one is guessed, and with it every hash reversed over the 2^32 IPv4 addresses), got "
+            f"{len(settings.ip_hash_secret.strip().encode())}: set a random one (openssl rand "
+            "-hex 32), or leave it empty for a random one kept in the data folder"
+        )
     if (
         settings.jwt_secret
         and not settings.jwks_url
@@ -439,19 +448,41 @@ def settings_to_env(settings: Settings) -> dict[str, str]:
 
 
 def dev_secret(settings: Settings, create: bool = True, name: str = DEV_SECRET_FILE) -> str:
-    """A random secret kept in the data folder (``name``), created on first use."""
+    """A random secret kept in the data folder (``name``), created on first use.
+
+    Created whole or not at all: written to a file of its own, synced, then linked to its name
+    (which fails if another process linked first; that one is read). Opened by name and written
+    after, a racing process read it empty (7 rounds in 150 of 8 processes at once) and hashed
+    IPs, or signed sessions, with an empty key. An empty file (from a release before, cut off by
+    a crash) is refused, not used."""
     path = settings.data_path / name
-    if path.is_file():
-        return path.read_text().strip()
-    if not create:
-        raise FileNotFoundError(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    secret = secrets.token_urlsafe(48)
-    # Exclusive create: two processes racing to create it agree on the first one written.
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_text().strip()
-    with os.fdopen(fd, "w") as fh:
-        fh.write(secret)
+    if not path.is_file():
+        if not create:
+            raise FileNotFoundError(path)
+        _create_secret(path)
+    secret = path.read_text().strip()
+    if not secret:
+        raise SystemExit(
+            f"tally: the secret file {path} is empty (a write cut off by a crash?); delete it "
+            "and start again, and a new random secret is made"
+        )
     return secret
+
+
+def _create_secret(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, draft = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # mode 0600
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_urlsafe(48))
+            fh.flush()
+            os.fsync(fh.fileno())
+        with suppress(FileExistsError):  # another process's came first: that one holds
+            os.link(draft, path)
+    finally:
+        os.unlink(draft)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
