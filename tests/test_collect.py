@@ -361,6 +361,11 @@ def test_peer_address_without_forwarded_for(client, project):
         ("[2a00:1450:4001:80b::200e]:443", "2a00:1450:4001:80b::200e", "DE"),
         ("[2a00:1450:4001:80b::200e]", "2a00:1450:4001:80b::200e", "DE"),
         ("2a00:1450:4001:80b::200e, 10.0.0.1", "2a00:1450:4001:80b::200e", "DE"),
+        # One spelling per address: one visitor was three IPs, and three hashes.
+        ("2A00:1450:4001:080B:0000:0000:0000:200E", "2a00:1450:4001:80b::200e", "DE"),
+        ("[2A00:1450:4001:80B::200E]:443", "2a00:1450:4001:80b::200e", "DE"),
+        ("::ffff:8.8.8.8", "8.8.8.8", "US"),
+        ("::FFFF:808:808, 10.0.0.1", "8.8.8.8", "US"),
         # Not an address: the socket peer instead (the test client's is "testclient").
         ("garbage", "testclient", "Unknown"),
         ("unknown, 8.8.8.8", "testclient", "Unknown"),

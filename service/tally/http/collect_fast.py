@@ -41,7 +41,7 @@ from .auth import Unauthorized
 from .decoding import _KEY_COUNTERS, StructDTO, check_body
 from .errors import EXCEPTION_HANDLERS, error_response
 from .limits import PayloadTooLarge, cap_for
-from .ratelimit import forwarded_address
+from .ratelimit import canonical_address, forwarded_address
 from .schemas import Accepted, CollectBody
 from .timeouts import BodyTimeout
 
@@ -207,7 +207,7 @@ def _client_ip(scope: Scope) -> str:
         if address is not None:
             return address
     client = scope.get("client")
-    return str(client[0]) if client else ""
+    return canonical_address(str(client[0])) if client else ""
 
 
 def header_text(value: str) -> str:

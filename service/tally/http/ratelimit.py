@@ -48,7 +48,7 @@ def client_ip(connection: ASGIConnection[Any, Any, Any, Any]) -> str:
     address = forwarded_address(connection.headers.get("x-forwarded-for", ""))
     if address is not None:
         return address
-    return connection.client.host if connection.client else ""
+    return canonical_address(connection.client.host) if connection.client else ""
 
 
 _PORT = re.compile(r"^[0-9]{1,5}$")
@@ -57,11 +57,11 @@ _PORT = re.compile(r"^[0-9]{1,5}$")
 @lru_cache(maxsize=4096)
 def forwarded_address(header: str) -> str | None:
     """The client address an ``x-forwarded-for`` value names first, when that is an IPv4 or IPv6
-    address, as written there (``203.0.113.7``, ``2001:db8::1``); a port after it is left out
-    (``203.0.113.7:443``, ``[2001:db8::1]:443``, as some proxies send). None for anything else
-    (``garbage``, ``unknown``, empty), so that the socket peer is used instead. The header is
-    trusted as the contract says (Tally runs behind a proxy that sets it); only its form is
-    checked."""
+    address, in its :func:`canonical_address` spelling (``203.0.113.7``, ``2001:db8::1``); a
+    port after it is left out (``203.0.113.7:443``, ``[2001:db8::1]:443``, as some proxies
+    send). None for anything else (``garbage``, ``unknown``, empty), so that the socket peer is
+    used instead. The header is trusted as the contract says (Tally runs behind a proxy that
+    sets it); only its form is checked."""
     first = header.split(",", 1)[0].strip()
     version = None
     if first.startswith("["):  # [IPv6] or [IPv6]:port
@@ -80,4 +80,18 @@ def forwarded_address(header: str) -> str | None:
         return None
     if version is not None and address.version != version:
         return None
-    return first
+    return canonical_address(first)
+
+
+@lru_cache(maxsize=4096)
+def canonical_address(text: str) -> str:
+    """One spelling per address: IPv6 compressed and in lower case, an IPv4-mapped IPv6 address
+    as the IPv4 address it holds (``2001:DB8::1`` and ``2001:db8:0:0:0:0:0:1`` are
+    ``2001:db8::1``; ``::ffff:192.0.2.9`` is ``192.0.2.9``). Spelt as written, one visitor was
+    three IPs, and three hashes under TALLY_IP_PRIVACY=hash. Anything else is kept as it is."""
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return text
+    mapped = getattr(address, "ipv4_mapped", None)
+    return str(mapped or address)
