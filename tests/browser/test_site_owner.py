@@ -560,6 +560,54 @@ def test_opt_out_and_do_not_track_send_nothing(tally, site, browser, watch):
     watch.assert_clean()
 
 
+STORAGE_REFUSED = """for (const name of ['localStorage', 'sessionStorage'])
+  Object.defineProperty(window, name, {
+    get() { throw new DOMException('denied', 'SecurityError'); },
+  });"""
+
+
+def test_opting_out_holds_without_storage_and_stops_a_batch_in_flight(tally, site, browser, watch):
+    """A visitor whose browser refuses site data (storage throws) opted out for nothing: the
+    opt-out lived in localStorage only, and the next events were sent. A batch in flight when
+    the visitor opted out was sent again after its 503. The URL's fragment, where sign-in
+    tokens travel (#access_token=...), was sent and stored; browsers never send it to servers."""
+    user = f"owner-{uuid.uuid4().hex[:8]}"
+    _, key = new_project(tally, user, "Privacy")
+    url = site.add("/private/", tally, key)
+
+    refused = browser.new_context()
+    refused.add_init_script(STORAGE_REFUSED)
+    wire = Wire(refused)
+    page = watch(refused.new_page())
+    with page.expect_response(is_collect):
+        page.goto(url + "?q=1#access_token=eyJsecret&id_token=x")
+    page.evaluate("tally.optOut(); tally.track('after-opt-out')")
+    page.wait_for_timeout(2500)  # past the 1 s batching delay
+    [pageview] = wire.events()
+    assert pageview["name"] == "pageview"
+    assert pageview["url"].endswith("/private/?q=1"), pageview["url"]
+
+    # A batch in flight: its answer (503) comes after the visitor opted out.
+    flying = browser.new_context()
+    flying_wire = Wire(flying)
+    page = watch(flying.new_page())
+    held: list[Any] = []
+    page.route(re.compile(r".*/api/collect.*"), lambda route: held.append(route))
+    page.goto(url)
+    for _ in range(300):  # Playwright calls the route's handler while the page is waited on
+        if held:
+            break
+        page.wait_for_timeout(100)
+    assert len(held) == 1
+    page.evaluate("tally.optOut()")
+    held[0].fulfill(status=503, content_type="application/json", body='{"error":"x"}')
+    page.wait_for_timeout(3000)  # past the first retry's backoff (at most 1 s)
+    assert len(flying_wire.requests) == 1, flying_wire.batches()
+    for context in (refused, flying):
+        context.close()
+    watch.assert_clean("503")
+
+
 BEACON_SPY = """
 window.__beacons = [];
 const send = navigator.sendBeacon.bind(navigator);

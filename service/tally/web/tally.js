@@ -10,8 +10,7 @@
   const has = (n) => s.hasAttribute('data-' + n);
   const key = s.getAttribute('data-api-key') || '';
   const base = s.getAttribute('data-endpoint') || new URL('/api/collect', s.src || location.href).href;
-  // text/plain with the key in the query: a "simple" request, so no CORS preflight, and the same
-  // form works for fetch (keepalive) and for sendBeacon on unload.
+  // text/plain, key in the query: no CORS preflight; fetch and sendBeacon alike.
   const url = base + (base.indexOf('?') < 0 ? '?' : '&') + 'apiKey=' + encodeURIComponent(key);
   const cookieless = has('cookieless');
   const IDLE = 18e5; // a session ends after 30 minutes without events
@@ -34,8 +33,10 @@
       } catch (e) {}
     }
   };
+  const O = 'tally_optout';
+  // Opt-out in memory too (storage may be refused).
   const off = () =>
-    raw('tally_optout') === '1' ||
+    (raw(O) || mem[O]) == '1' ||
     (has('respect-dnt') && [nav.doNotTrack, w.doNotTrack, nav.msDoNotTrack].some((v) => v == '1' || v == 'yes'));
   const rid = () => {
     const a = new Uint8Array(16);
@@ -54,8 +55,7 @@
     return id;
   };
   const visitor = () => get('tally_vid') || (set('tally_vid', rid()), get('tally_vid'));
-  // n characters (code points, as the server counts): never half an emoji; lone surrogates,
-  // which the server refuses, become U+FFFD.
+  // n code points (as the server counts); lone surrogates become U+FFFD.
   const cut = (v, n) => {
     let o = '';
     for (const c of String(v)) {
@@ -98,13 +98,13 @@
     const body = JSON.stringify({ events: batch });
     let status = 0;
     try {
-      // keepalive lets a batch in flight finish when the page unloads (bodies up to 64 KiB).
+      // keepalive: a batch in flight outlives the page (bodies < 64 KiB).
       status = (await fetch(url, { method: 'POST', body, keepalive: new Blob([body]).size < 6e4, credentials: 'omit' })).status;
     } catch (e) {}
     busy = false;
     if (!status || status == 408 || status == 429 || status >= 500) {
       // Not stored: retry with exponential backoff (1 s doubling to a minute, jittered).
-      queue = batch.concat(queue).slice(-1000);
+      queue = off() ? [] : batch.concat(queue).slice(-1000);
       tries++;
       return schedule(Math.min(6e4, 500 * 2 ** tries) * (0.5 + Math.random() / 2));
     }
@@ -129,7 +129,7 @@
         {
           name,
           path: cut(location.pathname, 2048),
-          url: cut(location.href, 4096),
+          url: cut(location.href.split('#')[0], 4096), // no fragment (tokens)
           sessionId: session(),
           visitorId: visitor(),
           metadata,
@@ -158,7 +158,7 @@
       { referrer }
     );
   };
-  // SPA navigation: after pushState/replaceState/popstate, once the app had a moment to set the title.
+  // SPA navigation, once the app had a moment to set the title.
   const later = () => setTimeout(pageview, 100);
   for (const m of ['pushState', 'replaceState']) {
     const orig = history[m];
@@ -192,14 +192,16 @@
       if (name) add(name, clean(metadata));
     },
     optOut() {
+      mem[O] = '1';
       try {
-        w.localStorage.setItem('tally_optout', '1');
+        w.localStorage.setItem(O, '1');
       } catch (e) {}
       queue = [];
     },
     optIn() {
+      mem[O] = 0;
       try {
-        w.localStorage.removeItem('tally_optout');
+        w.localStorage.removeItem(O);
       } catch (e) {}
     },
   });
