@@ -164,3 +164,28 @@ def test_a_plain_options_lists_the_documented_methods_of_its_path_without_a_sess
         "DELETE",
     }
     assert answer.headers["allow"] == ", ".join(sorted(documented | {"OPTIONS"}))
+
+
+def test_head_answers_are_documented_without_a_body():
+    """A client generated from the document parsed HEAD's empty answer as the GET's JSON, and
+    failed (seven of eight HEAD functions of openapi-python-client's client)."""
+    heads = [(path, item["head"]) for path, item in DOCUMENT["paths"].items() if "head" in item]
+    assert len(heads) >= 8
+    for path, operation in heads:
+        for status, response in operation["responses"].items():
+            assert "content" not in response, (path, status)
+    # The GET beside it keeps its bodies.
+    assert "content" in DOCUMENT["paths"]["/api/projects"]["get"]["responses"]["200"]
+
+
+def test_the_v2_filters_are_typed_as_the_server_takes_them():
+    """``filters`` was an array of anything: openapi-python-client left the v2 operation out of
+    its client, and the document took 21 filters the server refuses."""
+    body = DOCUMENT["paths"]["/api/v2/query"]["post"]["requestBody"]["content"]["application/json"]
+    schema = _resolve(body["schema"])
+    query = {"site_id": "0" * 24, "metrics": ["visitors"], "date_range": "7d"}
+    one = ["is", "event:page", ["/a", "/b"]]
+    jsonschema_rs.validate(schema, query | {"filters": [one, ["contains", "source", ["x"]]]})
+    for wrong in ([one] * 21, [["is", "event:page"]], [["equals", "event:page", ["/a"]]]):
+        with pytest.raises(jsonschema_rs.ValidationError):
+            jsonschema_rs.validate(schema, query | {"filters": wrong})

@@ -37,9 +37,10 @@ OptionalDaysParam = Annotated[
     QueryParameter(
         ge=1,
         le=MAX_DAYS,
-        schema_extra={"default": DEFAULT_DAYS},
+        # The default is said, not declared: a client generated from the document sent a
+        # declared default with every request, and from/to next to days is refused.
         description=f"lookback window in calendar days of the project's time zone, 1 to "
-        f"{MAX_DAYS} (default 14); not with from/to",
+        f"{MAX_DAYS} (default {DEFAULT_DAYS}, when from/to are not given); not with from/to",
     ),
 ]
 DATE_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"

@@ -15,6 +15,7 @@ or Swagger UI's "Try it out", sends what Tally accepts and reads what Tally answ
 
 from __future__ import annotations
 
+from dataclasses import replace
 from importlib import metadata
 from typing import Any
 
@@ -35,7 +36,7 @@ from litestar.openapi.spec import (
 )
 from litestar.openapi.spec.enums import OpenAPIType
 
-from ..domain.filters import DIMENSIONS
+from ..domain.filters import DIMENSIONS, MAX_FILTERS, MAX_VALUES, OPERATORS
 from ..domain.stats_v2 import METRICS, PLAUSIBLE_DIMENSIONS, TIME_DIMENSIONS, QueryBody
 from .access import ERROR_DESCRIPTIONS
 from .auth import SESSION_COOKIE
@@ -145,6 +146,8 @@ def complete(app: Litestar) -> None:
             if path == "/api/export":
                 _export_content(operation)
             _amend(path, method, operation)
+        if item.head is not None:
+            item.head = _bodiless(item.head)
 
 
 def _amend(path: str, method: str, operation: Operation) -> None:
@@ -178,6 +181,18 @@ def _amend(path: str, method: str, operation: Operation) -> None:
             response.headers = {"Retry-After": _RETRY_AFTER}
 
 
+def _bodiless(operation: Operation) -> Operation:
+    """A HEAD operation: its answers' statuses and headers, without the GET's bodies (clients
+    generated from the document parsed HEAD's empty body as the GET's JSON, and failed)."""
+    responses = {
+        status: replace(response, content=None)
+        if isinstance(response, OpenAPIResponse)
+        else response
+        for status, response in (operation.responses or {}).items()
+    }
+    return replace(operation, responses=responses)
+
+
 _ERROR_CONTENT = {
     "application/json": OpenAPIMediaType(schema=Reference(ref="#/components/schemas/Error"))
 }
@@ -208,6 +223,20 @@ def _v2_body_schema(components: dict[str, Any]) -> Any:
         "[operator, dimension, [values...]]: operator is, is_not, contains or contains_not; "
         "at most 20 filters"
     )
+    # Typed, so that a client generator makes the operation (openapi-python-client left it out:
+    # "type array must have items or prefixItems defined").
+    props["filters"]["maxItems"] = MAX_FILTERS
+    props["filters"]["items"] = {
+        "type": "array",
+        "minItems": 3,
+        "maxItems": 3,
+        "prefixItems": [
+            {"type": "string", "enum": list(OPERATORS)},
+            {"type": "string", "enum": [*DIMENSIONS, *PLAUSIBLE_DIMENSIONS]},
+            {"type": "array", "items": {"type": "string"}, "maxItems": MAX_VALUES},
+        ],
+        "items": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
+    }
     props["order_by"]["description"] = '[[metric or dimension, "asc" or "desc"], ...]'
     for name, schema in parts.items():
         components[f"V2{name}"] = schema
