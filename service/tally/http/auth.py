@@ -176,7 +176,7 @@ async def session_guard(
     connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler
 ) -> None:
     if connection.scope.get("method") == "OPTIONS":
-        return  # the path's methods, as every route tells them (controllers.options)
+        return  # it lists the path's methods (access.true_allow) and reads nothing
     token = _bearer(connection)
     if token is None:
         raise Unauthorized
