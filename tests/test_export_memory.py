@@ -200,5 +200,10 @@ def test_memory_stays_flat_while_a_slow_reader_downloads(served, fmt: str) -> No
         f"before, peak {sampler.peak / 1e6:.0f} MB (+{growth / 1e6:.0f} MB)"
     )
     assert size >= SLOW_READ_BYTES
-    # The file is over 500 MB; this read grew the server by about 300 MB before, 120-160 now.
-    assert growth < 200e6, growth
+    # The file is over 500 MB (CSV) or 800 MB (NDJSON): made ahead of this reader, it would grow
+    # the server by about that. This read grew it by 70-180 MB alone on the machine and by up
+    # to 226 MB in clean-clone CI runs (two test processes, one of them this); 200 MB failed
+    # two of them (2026-11-27). With today's engine the same read without the 1,024-row blocks
+    # (storage/export.py) measured +163 MB: this bound no longer tells those blocks apart from
+    # the engine's default ones, only a file made ahead of its reader.
+    assert growth < 350e6, growth
