@@ -153,17 +153,24 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
         return ["RS256", "ES256"] if self.jwks_url else ["HS256"]
 
 
-def _read_env(environ: dict[str, str] | None, env_file: str | Path | None) -> dict[str, Any]:
-    values: dict[str, Any] = {}
+def _tally_variables(
+    environ: dict[str, str] | None, env_file: str | Path | None
+) -> dict[str, str | None]:
+    """Every ``TALLY_*`` variable of ``.env`` and the environment (the environment wins)."""
+    values: dict[str, str | None] = {}
     if env_file is not None and Path(env_file).is_file():
         values.update(
             {k: v for k, v in dotenv_values(env_file).items() if k.startswith(ENV_PREFIX)}
         )
     env = os.environ if environ is None else environ
     values.update({k: v for k, v in env.items() if k.startswith(ENV_PREFIX)})
+    return values
+
+
+def _read_env(environ: dict[str, str] | None, env_file: str | Path | None) -> dict[str, Any]:
     fields = set(Settings.__struct_fields__)
     out: dict[str, Any] = {}
-    for key, value in values.items():
+    for key, value in _tally_variables(environ, env_file).items():
         name = key[len(ENV_PREFIX) :].lower()
         if name in fields and value is not None:
             out[name] = value
@@ -183,14 +190,9 @@ def unknown_names(
     """One line per ``TALLY_*`` variable that names no setting (a misspelt name is otherwise
     ignored without a word: ``TALLY_KEY_REFRESH_SECOND`` left revoked keys usable on other
     workers for the default time), with the setting it most resembles."""
-    names = set()
-    if env_file is not None and Path(env_file).is_file():
-        names.update(k for k in dotenv_values(env_file) if k.startswith(ENV_PREFIX))
-    env = os.environ if environ is None else environ
-    names.update(k for k in env if k.startswith(ENV_PREFIX))
     fields = [f.upper() for f in Settings.__struct_fields__]
     lines = []
-    for key in sorted(names):
+    for key in sorted(_tally_variables(environ, env_file)):
         name = key[len(ENV_PREFIX) :]
         if name.lower() in Settings.__struct_fields__ or name in NOT_SETTINGS:
             continue
@@ -281,6 +283,7 @@ MAX_POOL_SIZE = 256
 # A shared secret shorter than this many bytes is refused: RFC 7518 3.2 wants an HS256 key of at
 # least 256 bits, and a short one can be guessed offline from any token.
 MIN_JWT_SECRET_BYTES = 32
+MIN_IP_HASH_SECRET_BYTES = 32  # an HMAC-SHA-256 key of 256 bits
 # The placeholders of deploy/'s examples (deploy/k8s/secret.example.yaml): public, so anyone
 # could sign a token with them.
 PLACEHOLDER_SECRETS = frozenset({"change-me", "changeme"})
@@ -401,12 +404,15 @@ def check(settings: Settings) -> list[str]:
             "examples, known to anyone who would reverse the hashes: set a random one (openssl "
             "rand -hex 32), or leave it empty for a random one kept in the data folder"
         )
-    elif settings.ip_hash_secret and len(settings.ip_hash_secret.strip().encode()) < 32:
+    elif (
+        settings.ip_hash_secret
+        and (size := len(settings.ip_hash_secret.strip().encode())) < MIN_IP_HASH_SECRET_BYTES
+    ):
         problems.append(
-            "TALLY_IP_HASH_SECRET must be at least 32 bytes (the key of HMAC-SHA-256; a short "
-            "one is guessed, and with it every hash reversed over the 2^32 IPv4 addresses), got "
-            f"{len(settings.ip_hash_secret.strip().encode())}: set a random one (openssl rand "
-            "-hex 32), or leave it empty for a random one kept in the data folder"
+            f"TALLY_IP_HASH_SECRET must be at least {MIN_IP_HASH_SECRET_BYTES} bytes (the key of "
+            "HMAC-SHA-256; a short one is guessed, and with it every hash reversed over the 2^32 "
+            f"IPv4 addresses), got {size}: set a random one (openssl rand -hex 32), or leave it "
+            "empty for a random one kept in the data folder"
         )
     if (
         settings.jwt_secret
