@@ -18,11 +18,11 @@ from zoneinfo import ZoneInfo
 import pytest
 
 import reference_filters as ref
-from conftest import migrate_before, new_project
+from conftest import auth, migrate_before, new_project
 from reference import Sent
 from tally.domain.filters import DIMENSIONS, parse_filters
 from tally.query import Query, decide, filtered, onescan
-from tally.query.breakdown import breakdown_parameters, breakdown_sql
+from tally.query.breakdown import breakdown_parameters, breakdown_sql, raw_breakdown_sql
 from tally.query.decider import AUDIENCE_COLUMNS, SESSIONS_ROLLUP, breakdown_table
 from tally.storage.breakdown import fetch_breakdown
 from tally.storage.client import Storage, parse_url
@@ -426,7 +426,8 @@ def test_events_sent_together_keep_their_order_at_the_same_millisecond(chdb_path
     """Events sent together without a time are stored at one millisecond. A session's first
     values are still its first event's, and its exit page its last pageview's, in the order
     sent (the reference model's), whichever value's hash is smaller: two sessions send the same
-    values in opposite orders."""
+    values in opposite orders. The rollup and the raw table agree (the raw table's exit page was
+    the first pageview's: a tracker's pageviews sent in one batch)."""
     storage = Storage(parse_url(f"chdb://{chdb_path}?database=t_{uuid.uuid4().hex[:10]}"), 2)
     try:
         migrate(storage)
@@ -465,7 +466,13 @@ def test_events_sent_together_keep_their_order_at_the_same_millisecond(chdb_path
             # Two days: an hour before now is yesterday in the first hour of a UTC day.
             query = Query(project, 2, now, dimension=by, limit=10)
             row = {"visitors": 1, "pageviews": 3, "events": 3}
-            assert _rollup(storage, query) == [{"value": v, **row} for v in values], by
+            want = [{"value": v, **row} for v in values]
+            assert _rollup(storage, query) == want, by
+            # The raw table's answers alike: grouped by session under no filter, and for a
+            # filter (and the query API) kept events joined to their session's value.
+            raw = raw_breakdown_sql(query).replace("{db}", storage.database)
+            assert _rows(asyncio.run(storage.aquery(raw, breakdown_parameters(query)))) == want
+            assert _raw(storage, query) == want, by
     finally:
         storage.close()
 
@@ -510,3 +517,41 @@ def test_a_session_passes_by_its_first_value_not_by_a_later_row(client):
         by_path = Query(project_id, 7, now, filters=query.filters, dimension="entryPage")
         want = [{"value": f"/{n}/0", "visitors": 1, "pageviews": 2, "events": 2} for n in (0, 2)]
         assert _rollup(storage, by_path) == want == _reference(events, by_path, raw), raw
+
+
+def test_a_batch_sent_without_times_keeps_its_order_in_every_answer(client, user):
+    """The tracker sends no times: a visit's pageviews and events sent in one batch share the
+    receipt millisecond. Its entry page, exit page and source are still its first pageview's,
+    last pageview's and first event's, in the dashboard's breakdowns, under a filter and in the
+    query API alike (the query API's exit page was the first pageview's)."""
+    project, key = new_project(client, user)
+    batch = [
+        {"name": "pageview", "path": "/land", "sessionId": "s1", "visitorId": "v1",
+         "referrer": "https://www.google.com/search"},
+        {"name": "signup", "path": "/land", "sessionId": "s1", "visitorId": "v1"},
+        {"name": "pageview", "path": "/pricing", "sessionId": "s1", "visitorId": "v1"},
+        {"name": "pageview", "path": "/docs", "sessionId": "s1", "visitorId": "v1"},
+        {"name": "session_end", "path": "/docs", "sessionId": "s1", "visitorId": "v1"},
+    ]  # fmt: skip
+    response = client.post("/api/collect", json={"events": batch}, headers={"x-api-key": key})
+    assert response.status_code == 202, response.text
+    want = {"entryPage": "/land", "exitPage": "/docs", "source": "Google"}
+    for by, value in want.items():
+        for filters in ([], [["is_not", "country", ["ZZ"]]], [["contains", "path", ["/"]]]):
+            params = {"projectId": project, "by": by, "days": 1, "filters": json.dumps(filters)}
+            got = client.get("/api/breakdown", params=params, headers=auth(user)).json()
+            assert [row["value"] for row in got["rows"]] == [value], (by, filters, got)
+    for dimension, value in (
+        ("visit:entry_page", "/land"),
+        ("visit:exit_page", "/docs"),
+        ("visit:source", "Google"),
+    ):
+        body = {
+            "site_id": project,
+            "metrics": ["visits"],
+            "date_range": "day",
+            "dimensions": [dimension],
+        }
+        got = client.post("/api/v2/query", json=body, headers=auth(user))
+        assert got.status_code == 200, got.text
+        assert got.json()["results"] == [{"dimensions": [value], "metrics": [1]}], dimension

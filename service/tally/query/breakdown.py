@@ -23,7 +23,7 @@ from typing import Any, Literal
 from . import audience, firsts
 from .decider import AUDIENCE_ROLLUP, SESSIONS_ROLLUP, breakdown_table, decide
 from .model import Query
-from .sql import WINDOW, bots
+from .sql import WINDOW, bots, session_value
 
 QUARTERS_WINDOW = (
     "project_id = {p:String} AND bucket >= {t0:DateTime('UTC')} AND bucket < {t1:DateTime('UTC')}"
@@ -135,11 +135,8 @@ def raw_breakdown_sql(query: Query) -> str:
                    countIf(name = 'pageview') AS pageviews, count() AS events
             FROM {{db}}.events WHERE {where} AND {dim.column} != ''
             GROUP BY value {ORDER}"""
-    value = {
-        "first": f"argMin(toString({dim.column}), occurred_at)",
-        "entry": f"argMinIf({dim.column}, occurred_at, name = 'pageview')",
-        "exit": f"argMaxIf({dim.column}, occurred_at, name = 'pageview')",
-    }[dim.pick]
+    pick = {"first": "first_event", "entry": "first_pageview", "exit": "last_pageview"}[dim.pick]
+    value = session_value(dim.column, pick)
     # One group per session; an event without a session id is a group of its own.
     return f"""
         SELECT value, uniqExactArray(vs) AS visitors, sum(pv) AS pageviews, sum(n) AS events

@@ -30,7 +30,8 @@ from .decider import decide
 from .firsts import NO_VALUE, hash_of, hit, named_rows
 from .firsts import match as number_match
 from .model import Query
-from .sql import DAY_RANGE, EDGE, bots
+from .sql import DAY_RANGE, EDGE, STORED_ORDER, bots
+from .sql import session_value as sql_session_value
 
 RANGE = (
     "project_id = {p:String} AND occurred_at >= {t0:DateTime64(3, 'UTC')}"
@@ -41,11 +42,6 @@ SKEY = "session_key"
 QUARTERS = (
     "project_id = {p:String} AND bucket >= {q0:DateTime('UTC')} AND bucket < {q1:DateTime('UTC')}"
 )
-SESSION_VALUE = {
-    "first_event": "argMin(toString({c}), occurred_at)",
-    "first_pageview": "argMinIf(toString({c}), occurred_at, name = 'pageview')",
-    "last_pageview": "argMaxIf(toString({c}), occurred_at, name = 'pageview')",
-}
 ORDER = "ORDER BY visitors DESC, pageviews DESC, value ASC LIMIT {limit:UInt32}"
 LOCAL = "toTimeZone(occurred_at, {tz:String})"
 # Under session filters the latest kept events are looked for among this many latest events
@@ -54,7 +50,9 @@ RECENT_CANDIDATES = 2000
 
 
 def session_value(f_column: str, pick: str) -> str:
-    return SESSION_VALUE[pick].format(c=f_column)
+    """A session's value of ``f_column`` over base's rows (events that share a millisecond in
+    the order stored: :data:`STORED_ORDER`)."""
+    return sql_session_value(f_column, pick, "stored_order")
 
 
 def match(expr: str, flt: Filter, param: str) -> str:
@@ -64,7 +62,10 @@ def match(expr: str, flt: Filter, param: str) -> str:
 
 
 def base_sql(query: Query) -> str:
-    return f"SELECT *, {SKEY} AS skey, visitor_hash FROM {{db}}.events WHERE {RANGE}{bots(query)}"
+    return (
+        f"SELECT *, {SKEY} AS skey, visitor_hash, {STORED_ORDER} AS stored_order "
+        f"FROM {{db}}.events WHERE {RANGE}{bots(query)}"
+    )
 
 
 def sessions_sql(query: Query, values: str) -> str:

@@ -34,6 +34,33 @@ WINDOW = (
     "project_id = {p:String} AND occurred_at >= {t0:DateTime64(3, 'UTC')}"
     " AND occurred_at < {t1:DateTime64(3, 'UTC')}"
 )
+# The order the events were stored in, for a session's first values and its last pageview when
+# events share a millisecond: events sent together without a time all carry the receipt time,
+# and they count in the order sent (the reference model's; the rollups number a row by its place
+# in its INSERT, schema 012). MergeTree sorts an INSERT stably, so a part keeps the order of rows
+# with equal keys, and a merge keeps its parts' order; a query numbers the parts it reads
+# (_part_index) in the engine's order of part names, by partition and then first block number,
+# so of two parts of one month the one inserted first comes first. One number, (epoch ms << 64) |
+# (part index << 40) | row in the part: as fast as the time alone on a 10M-event tenant's raw
+# breakdown, where a tuple with the block number parsed from the part's name was 40% slower.
+STORED_ORDER = (
+    "bitOr(bitShiftLeft(toUInt128(toUnixTimestamp64Milli(occurred_at)), 64),"
+    " bitOr(bitShiftLeft(toUInt64(_part_index), 40), _part_offset))"
+)
+# A session's value of a column, read from its raw events ordered by ``{o}``.
+SESSION_VALUE = {
+    "first_event": "argMin(toString({c}), {o})",
+    "first_pageview": "argMinIf(toString({c}), {o}, name = 'pageview')",
+    "last_pageview": "argMaxIf(toString({c}), {o}, name = 'pageview')",
+}
+
+
+def session_value(column: str, pick: str, order: str = STORED_ORDER) -> str:
+    """The aggregate giving a session's ``pick`` ("first_event", "first_pageview" or
+    "last_pageview") value of ``column`` over rows whose stored order is ``order``."""
+    return SESSION_VALUE[pick].format(c=column, o=order)
+
+
 LOCAL_DAY = "toDate(toTimeZone(bucket, {tz:String}))"
 LOCAL_HOUR = "toHour(toTimeZone(bucket, {tz:String}))"
 
