@@ -694,9 +694,11 @@ def test_batches_retries_idle_sessions_and_beacons(tally, site, browser, watch):
     wire.wait_for(page, "after-search")
 
     # Unloaded: the queue leaves by sendBeacon, as text with the key in the query, in batches
-    # halved until each fits the beacon's 64 KiB (100 events of 1,200 bytes: one beacon refused).
+    # halved until each fits; the browser takes 64 KiB of beacons in all (100 events of 1,200
+    # bytes, 120 KB: some are refused). What it refused was lost with the page: now it is kept,
+    # with the time it was queued, and the site's next page sends it.
     page.evaluate(
-        "for (let i = 0; i < 100; i++) tally.track('big', {s: '語'.repeat(400)});"
+        "for (let i = 0; i < 100; i++) tally.track('big', {i, s: '語'.repeat(400)});"
         "window.dispatchEvent(new PageTransitionEvent('pagehide'))"
     )
     beacons = page.evaluate("window.__beacons")
@@ -705,9 +707,16 @@ def test_batches_retries_idle_sessions_and_beacons(tally, site, browser, watch):
     assert sent and all(
         parse_qs(urlsplit(u).query)["apiKey"] == [key] and len(b.encode()) < 65_536 for u, b in sent
     )
+    beaconed = [e["metadata"]["i"] for _, b in sent for e in json.loads(b)["events"]]
+    kept = json.loads(page.evaluate("localStorage.getItem('tally_q')"))
+    assert beaconed + [e["metadata"]["i"] for e in kept] == list(range(100)), beaconed
+    assert all(e["occurredAt"].endswith("Z") for e in kept)
+    with page.expect_response(lambda r: is_collect(r) and '"big"' in r.request.post_data):
+        page.goto(url)  # the site's next page
+    assert page.evaluate("localStorage.getItem('tally_q')") == ""
     expected = {
         "click": 150,
-        "pageview": 1,
+        "pageview": 2,
         "after-29-minutes": 1,
         "after-31-minutes": 1,
         "session_end": 1,
@@ -718,6 +727,60 @@ def test_batches_retries_idle_sessions_and_beacons(tally, site, browser, watch):
     wait_until(lambda: counts(dashboard(tally, user, project_id)) == expected, "every event")
     context.close()
     watch.assert_clean(FAILED_LOAD.format(503))
+
+
+def test_page_changes_count_as_the_visitor_sees_them(tally, site, browser, watch):
+    """A pageview is a page the visitor sees. A page shown again from the back/forward cache is
+    one (nothing was sent). replaceState taking the UTM tags off the address, or writing a
+    search as it is typed, is none (each was one, doubling the pageviews of every visit that
+    landed with tags, and hiding its bounce); a new path by replaceState still is. Paths are sent
+    as read, /café rather than /caf%C3%A9, which a filter written as the owner reads the page
+    never matched (one that is not UTF-8 is sent as it is). The opt-out flag set by hand, or by
+    tally.optOut() in another tab, stops the events already queued as well."""
+    user = f"owner-{uuid.uuid4().hex[:8]}"
+    project_id, key = new_project(tally, user, "Pages")
+    url = site.add("/caf%C3%A9/", tally, key)
+    context = browser.new_context()
+    wire = Wire(context)
+    page = watch(context.new_page())
+
+    def views(n: int) -> list[str]:
+        """The paths of the pageviews sent, once there are ``n`` (the page pumps events)."""
+        for _ in range(300):
+            paths = [e["path"] for e in wire.events() if e["name"] == "pageview"]
+            if len(paths) >= n:
+                return paths
+            page.wait_for_timeout(100)
+        raise AssertionError(f"{n} pageviews were not sent: {paths}")
+
+    with page.expect_response(is_collect):
+        page.goto(url + "?utm_source=news")
+    page.evaluate("history.replaceState({}, '', location.pathname)")  # the tags taken off
+    page.evaluate("history.replaceState({}, '', '?q=s'); history.replaceState({}, '', '?q=sh')")
+    page.evaluate("history.pushState({}, '', '/caf%C3%A9/menu?x=1')")
+    page.wait_for_timeout(300)
+    page.evaluate("history.pushState({}, '', '/caf%C3%A9/menu?x=2')")  # a new query: a new page
+    page.wait_for_timeout(300)
+    page.evaluate("history.replaceState({}, '', '/bad/%E0%A4')")  # a new path, not UTF-8
+    assert views(4) == ["/café/", "/café/menu", "/café/menu", "/bad/%E0%A4"]
+    page.evaluate("window.dispatchEvent(new PageTransitionEvent('pagehide'))")
+    page.evaluate("window.dispatchEvent(new PageTransitionEvent('pageshow', {persisted: true}))")
+    assert views(5)[4] == "/bad/%E0%A4"
+    page.evaluate("tally.track('queued'); localStorage.setItem('tally_optout', '1')")
+    page.wait_for_timeout(2500)  # past the 1 s batching delay
+    assert "queued" not in [e["name"] for e in wire.events()]
+    assert len(views(5)) == 5
+    wait_until(
+        lambda: counts(dashboard(tally, user, project_id)).get("pageview") == 5, "5 pageviews"
+    )
+    pages = httpx.get(
+        f"{tally}/api/breakdown",
+        params={"projectId": project_id, "by": "path", "filters": '[["is","path",["/café/"]]]'},
+        headers=headers(user),
+    ).json()["rows"]
+    assert [(row["value"], row["pageviews"]) for row in pages] == [("/café/", 1)]
+    context.close()
+    watch.assert_clean()
 
 
 def test_dashboard_page_signs_in_and_manages_projects_and_keys(tally, browser, watch):

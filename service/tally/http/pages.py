@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+import rjsmin
 from litestar import HttpMethod, Request, Response, route
 from litestar.exceptions import NotFoundException
 from litestar.params import FromPath
@@ -99,6 +100,14 @@ def _read(package: str, path: str) -> bytes:
     return resources.files(package).joinpath(path).read_bytes()
 
 
+def tracker_script_bytes() -> bytes:
+    """``/tally.js`` as served: web/tally.js, commented for its readers, without its comments
+    and indentation (rjsmin; the leading ``/*!`` comment, naming the script and its options,
+    stays)."""
+    source = _read("tally", "web/tally.js").decode()
+    return str(rjsmin.jsmin(source, keep_bang_comments=True)).encode()
+
+
 class WebFiles:
     """The files behind the page routes, loaded once each on first use."""
 
@@ -124,7 +133,7 @@ class WebFiles:
         if name in PAGES:
             return self._page(name)
         if name == "tally.js":
-            return Asset.of(_read("tally", "web/tally.js"), name)
+            return Asset.of(tracker_script_bytes(), name)
         package, path = ASSETS[name]
         return Asset.of(_read(package, path), name)
 

@@ -92,6 +92,7 @@
   const flush = async () => {
     timer = 0;
     if (busy) return schedule(500);
+    if (off()) queue = []; // opted out meanwhile (in another tab, or by the flag itself)
     if (!queue.length) return;
     busy = true;
     const batch = queue.splice(0, BATCH);
@@ -112,15 +113,38 @@
     tries = 0;
     if (queue.length) schedule(0);
   };
-  // Unload: sendBeacon, halving batches over its 64 KiB.
+  // Unload: sendBeacon, halving batches; the browser takes 64 KiB of beacons in all. The rest
+  // is kept, with its time, for the site's next page (or this one, back from the bfcache).
+  const Q = 'tally_q';
+  const kept = () => {
+    try {
+      return JSON.parse(get(Q)) || [];
+    } catch (e) {
+      return [];
+    }
+  };
   const beacon = () => {
     clearTimeout(timer);
     timer = 0;
+    if (off()) queue = [];
     for (let n = BATCH; queue.length && nav.sendBeacon && n; ) {
       if (nav.sendBeacon(url, JSON.stringify({ events: queue.slice(0, n) }))) queue.splice(0, n);
       else n >>= 1;
     }
-    if (queue.length) flush();
+    const at = new Date().toISOString();
+    if (queue.length) set(Q, JSON.stringify(kept().concat(queue.map((e) => Object.assign({ occurredAt: at }, e))).slice(-1000)));
+    queue = [];
+  };
+  const restore = () => {
+    queue = kept().concat(queue);
+    set(Q, '');
+  };
+  const dec = (p) => {
+    try {
+      return decodeURI(p);
+    } catch (e) {
+      return p;
+    }
   };
   const add = (name, metadata, extra) => {
     if (off()) return;
@@ -128,7 +152,7 @@
       Object.assign(
         {
           name,
-          path: cut(location.pathname, 2048),
+          path: cut(dec(location.pathname), 2048), // as read: /café, not /caf%C3%A9
           url: cut(location.href.split('#')[0], 4096), // no fragment (tokens)
           sessionId: session(),
           visitorId: visitor(),
@@ -140,10 +164,11 @@
     schedule(1000);
   };
 
-  let last;
-  const pageview = () => {
+  let last, lastPath;
+  // replaceState changing only the query (UTM tags taken off, a search typed) is no new page.
+  const pageview = (replaced) => {
     const p = location.pathname + location.search;
-    if (p === last) return;
+    if (p === last || (replaced === 1 && location.pathname === lastPath)) return (last = p);
     let referrer;
     // a visit's first page only (a reload keeps document.referrer)
     if (last === undefined && d.referrer && !current()) {
@@ -152,6 +177,7 @@
       } catch (e) {}
     }
     last = p;
+    lastPath = location.pathname;
     add(
       'pageview',
       { viewportWidth: w.innerWidth, viewportHeight: w.innerHeight, pageTitle: cut(d.title, 1024) },
@@ -159,16 +185,16 @@
     );
   };
   // SPA navigation, once the app had a moment to set the title.
-  const later = () => setTimeout(pageview, 100);
+  const later = (replaced) => setTimeout(pageview, 100, replaced);
   for (const m of ['pushState', 'replaceState']) {
     const orig = history[m];
     history[m] = function () {
       const r = orig.apply(this, arguments);
-      later();
+      later(m == 'replaceState' ? 1 : 0);
       return r;
     };
   }
-  w.addEventListener('popstate', later);
+  w.addEventListener('popstate', () => later(0));
 
   // Hidden: fetch (retried if the page lives on). Unloaded: sendBeacon.
   let ended = false;
@@ -183,7 +209,11 @@
   };
   d.addEventListener('visibilitychange', (e) => (d.visibilityState == 'hidden' ? hide(e) : (ended = false)));
   w.addEventListener('pagehide', hide);
-  w.addEventListener('pageshow', () => (ended = false));
+  // Back or forward to a page kept in the bfcache: a pageview again, and what it kept.
+  w.addEventListener('pageshow', (e) => {
+    ended = false;
+    if (e.persisted) restore(), (last = 0), pageview();
+  });
 
   const api = (w.tally = {
     loaded: true,
@@ -205,6 +235,7 @@
       } catch (e) {}
     },
   });
+  restore();
   pageview();
   // Calls made before the script loaded, through the stub `tally.q`.
   for (const a of (prev && prev.q) || []) api.track.apply(api, a);
