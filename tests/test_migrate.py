@@ -97,6 +97,7 @@ RELEASED = {
     14: "b96c90d9e4fc2fec",
     15: "472846f45021a40b",
     16: "b602f04aa0e90db6",
+    17: "ecd577de1779e0fc",
 }
 
 
@@ -448,8 +449,8 @@ def test_upgrade_to_event_dimensions_keeps_old_rows_with_defaults(chdb_path):
 
 
 def test_upgrade_to_the_corrected_comments_keeps_every_row(chdb_path):
-    """Schema 016 changes column comments only: data written under 015 reads the same after it,
-    and analysts read the new comments in system.columns."""
+    """Schemas 016 and 017 change column comments only: data written under 015 reads the same
+    after them, and analysts read the new comments in system.columns."""
     storage = Storage(parse_url(f"chdb://{chdb_path}?database=d_{uuid.uuid4().hex[:10]}"), 1)
     db = storage.database
     try:
@@ -469,7 +470,7 @@ def test_upgrade_to_the_corrected_comments_keeps_every_row(chdb_path):
         before = [storage.query(sql) for sql in read]
         assert before[0] == [(2, 1)] and before[1] == [(2, 1, 1)]
 
-        assert migrate(storage) == ["016_column_comments"]
+        assert migrate(storage) == ["016_column_comments", "017_event_id_comment"]
 
         assert [storage.query(sql) for sql in read] == before
         comments = dict(
@@ -480,7 +481,8 @@ def test_upgrade_to_the_corrected_comments_keeps_every_row(chdb_path):
                 {"d": db, "t": list(tables)},
             )
         )
-        assert "loaded from the ingest log" in comments["events.event_id"]
+        # schema 017: the id is given by Tally when it accepts the event
+        assert "given by Tally when it accepts the event" in comments["events.event_id"]
         for column in ("sessions_daily.ends_stated", "sessions_quarter.ends_stated"):
             assert "a number >= 0" in comments[column], column
         assert "number >= 0 (events.duration_ms NULL)" in comments["sessions_quarter.ends_unstated"]

@@ -47,7 +47,7 @@ from .storage.keys import KeyRegistry
 from .storage.loader import Loader
 from .storage.migrate import migrate as apply_schema
 from .storage.projects import ProjectStore
-from .storage.writer import EVENT_COLUMNS, segment_inserter
+from .storage.writer import LOGGED_COLUMNS, segment_inserter
 from .storage.zones import engine_offsets, zones_in_use
 from .supervision import exit_with_parent
 
@@ -177,7 +177,7 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
         pause = fault_pause(settings) if settings.fault_pause_at else None
         ingest = IngestLog(
             settings.log_path,
-            EVENT_COLUMNS,
+            LOGGED_COLUMNS,
             cap_bytes=int(settings.log_cap_mb * (1 << 20)),
             seal_bytes=int(settings.log_segment_mb * (1 << 20)),
             seal_age=settings.log_seal_age_ms / 1000,

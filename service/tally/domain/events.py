@@ -16,6 +16,7 @@ IP (``domain/geo.py``); ``is_bot``, and the device type ``bot`` with it, from th
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -97,6 +98,25 @@ def _duration(metadata: dict[str, Any]) -> float | None:
     return value if math.isfinite(value) and value >= 0 else None
 
 
+# The third hex digit of a UUID's fourth group carries its variant (RFC 9562: 10xx).
+_VARIANT = {c: "89ab"[int(c, 16) & 3] for c in "0123456789abcdef"}
+
+
+def event_ids(n: int) -> list[str]:
+    """``n`` random version-4 UUIDs as text: events' ids, given when Tally accepts them and kept
+    in the ingest log with them, so that a segment loaded again (an INSERT cut short by a crash
+    after ``events`` stored it and before every rollup did) gives the rollups the ids ``events``
+    holds; the rollups' session key of an event without a session id is a hash of its id. One
+    read of the random source per request, formatted by slicing (a third of ``uuid.uuid4``'s
+    time)."""
+    h = os.urandom(16 * n).hex()
+    return [
+        f"{h[i : i + 8]}-{h[i + 8 : i + 12]}-4{h[i + 13 : i + 16]}-"
+        f"{_VARIANT[h[i + 16]]}{h[i + 17 : i + 20]}-{h[i + 20 : i + 32]}"
+        for i in range(0, 32 * n, 32)
+    ]
+
+
 def to_rows(
     events: Sequence[EventLike],
     *,
@@ -107,7 +127,8 @@ def to_rows(
     user_agent: str,
     country: str = UNKNOWN_COUNTRY,
 ) -> list[tuple[Any, ...]]:
-    """One row per event, in the column order of ``storage.writer.EVENT_COLUMNS``.
+    """One row per event, in the column order of ``storage.writer.LOGGED_COLUMNS`` (the
+    event's id last).
 
     Timestamps are seconds since the epoch, exact to the millisecond (``ms / 1000``).
     """
@@ -115,6 +136,7 @@ def to_rows(
     client, bot = client_of(user_agent)
     received = received_ms / 1000
     rows = []
+    ids = event_ids(len(events))
     for index, event in enumerate(events):
         if event.occurred_at is None:
             occurred = received
@@ -155,6 +177,7 @@ def to_rows(
                 *acquisition,
                 country,
                 bot,
+                ids[index],
             )
         )
     return rows

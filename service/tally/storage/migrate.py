@@ -265,6 +265,7 @@ RECORDED_TEXTS: dict[int, dict[str, str]] = {
     14: {"f59afedadcd103d8": "77ced5744c4b7046", "b96c90d9e4fc2fec": "77ced5744c4b7046"},
     15: {"12c07a90ca528235": "3a67131ef1a9c689", "472846f45021a40b": "3a67131ef1a9c689"},
     16: {"b602f04aa0e90db6": "c3691f959f01c40b"},
+    17: {"ecd577de1779e0fc": "67c11536d55324e8"},
 }
 
 

@@ -19,6 +19,7 @@ from .client import Storage, StorageUnavailable
 __all__ = [
     "EVENT_COLUMNS",
     "INSERT_SETTINGS",
+    "LOGGED_COLUMNS",
     "StorageUnavailable",
     "events_inserter",
     "segment_inserter",
@@ -58,6 +59,11 @@ EVENT_COLUMNS: tuple[str, ...] = (
     "country",
     "is_bot",
 )
+
+# The ingest log's rows (domain/events.py's to_rows): the event's id as well, given when Tally
+# accepts it, so that a segment loaded again gives every table the same ids. Segments written
+# before it was logged load without it, the table's generateUUIDv4() giving one.
+LOGGED_COLUMNS: tuple[str, ...] = (*EVENT_COLUMNS, "event_id")
 
 # In cluster mode the session adds storage.client.CLUSTER_SETTINGS to these: the INSERT into the
 # Distributed ``events`` returns only once every shard stored its rows, and the token below
