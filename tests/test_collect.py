@@ -530,3 +530,31 @@ def test_one_bad_event_refuses_the_whole_request(client, project):
 
 
 # Body caps: tests/test_limits.py.
+
+
+def test_an_event_older_than_the_retention_is_refused_not_acknowledged_and_dropped(make_client):
+    """With TALLY_RETENTION_DAYS=7, an event of a UTC day that has already left the retention
+    was answered 202 and never stored: ClickHouse's TTL drops such a row as it is written (a
+    helper's backfill of 45-day-old events at 30 days' retention). It is refused, named; the
+    oldest day kept (today minus 7 days, from its first millisecond) is stored."""
+    with make_client(retention_days=7) as client:
+        project_id, key = new_project(client)
+        today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        oldest = today - timedelta(days=7)
+        kept = oldest.isoformat().replace("+00:00", "Z")
+        gone = (oldest - timedelta(milliseconds=1)).isoformat(timespec="milliseconds")
+        response = post(
+            client, key, {"events": [{"name": "t"}, {"name": "old", "occurredAt": gone}]}
+        )
+        assert response.status_code == 400, response.text
+        assert response.json()["details"] == [
+            {
+                "path": "$.events[1].occurredAt",
+                "message": "is older than the 7 days this Tally keeps events "
+                "(TALLY_RETENTION_DAYS): it would not be stored",
+            }
+        ]
+        response = post(client, key, {"events": [{"name": "kept", "occurredAt": kept}]})
+        assert response.status_code == 202, response.text
+        sql = "SELECT name, occurred_at FROM {db}.events WHERE project_id = {p:String}"
+        assert stored(client, sql, p=project_id) == [("kept", oldest.replace(tzinfo=None))]

@@ -98,6 +98,8 @@ def _duration(metadata: dict[str, Any]) -> float | None:
     return value if math.isfinite(value) and value >= 0 else None
 
 
+DAY_MS = 86_400_000
+
 # The third hex digit of a UUID's fourth group carries its variant (RFC 9562: 10xx).
 _VARIANT = {c: "89ab"[int(c, 16) & 3] for c in "0123456789abcdef"}
 
@@ -126,15 +128,21 @@ def to_rows(
     ip: str,
     user_agent: str,
     country: str = UNKNOWN_COUNTRY,
+    keep_days: int = 0,
 ) -> list[tuple[Any, ...]]:
     """One row per event, in the column order of ``storage.writer.LOGGED_COLUMNS`` (the
     event's id last).
 
     Timestamps are seconds since the epoch, exact to the millisecond (``ms / 1000``).
+    ``keep_days``: the retention (TALLY_RETENTION_DAYS, 0 for none). An event of a UTC day that
+    has already left it is refused: ClickHouse's TTL drops such a row as it is written, so
+    acknowledging it would lose it (storage/migrate.py, RETENTION_COLUMNS: a day's rows leave
+    ``keep_days`` days after the day ended, so the oldest day kept is today minus that many).
     """
     user_agent = user_agent[:MAX_USER_AGENT]
     client, bot = client_of(user_agent)
     received = received_ms / 1000
+    oldest_ms = (received_ms // DAY_MS - keep_days) * DAY_MS if keep_days > 0 else 0
     rows = []
     ids = event_ids(len(events))
     for index, event in enumerate(events):
@@ -151,6 +159,12 @@ def to_rows(
             if occurred < 0:
                 raise InvalidEvent(
                     f"$.events[{index}].occurredAt", "must not be before 1970-01-01T00:00:00Z"
+                )
+            if occurred < oldest_ms:
+                raise InvalidEvent(
+                    f"$.events[{index}].occurredAt",
+                    f"is older than the {keep_days} days this Tally keeps events "
+                    "(TALLY_RETENTION_DAYS): it would not be stored",
                 )
             occurred = min(occurred, received_ms) / 1000
         metadata = event.metadata or {}

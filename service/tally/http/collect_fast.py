@@ -238,6 +238,7 @@ async def accept(state: Any, record: Any, events: Any, ip: str, user_agent: str)
         ip=state.hash_ip(ip),
         user_agent=header_text(user_agent),
         country=state.geo.country(ip),  # from the raw address, before hash_ip drops it
+        keep_days=state.settings.retention_days,
     )
     if state.registry.cached(record.key_hash) is None:
         # Revoked while the body was read (a project's deletion waits for appends under way,

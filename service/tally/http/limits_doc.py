@@ -86,7 +86,10 @@ def rows(settings: Settings | None = None) -> list[tuple[str, str]]:
             "ISO 8601 / RFC 3339 date-time from 1970 on (e.g. `2026-11-23T10:00:00Z`); no "
             "offset means UTC; `t` and `z` in either case; up to nine fractional digits, kept to "
             "the millisecond (cut, not rounded); a leap second (`23:59:60`) is the last "
-            "millisecond of its minute; omitted, or later than receipt, means the receipt time",
+            "millisecond of its minute; omitted, or later than receipt, means the receipt time; "
+            "with `TALLY_RETENTION_DAYS=N`, one of a UTC day before today minus N days is refused "
+            "(`is older than the N days this Tally keeps events`: ClickHouse's TTL would drop it "
+            "as it is written)",
         ),
         (
             "`metadata`",
