@@ -362,9 +362,14 @@ def test_files_of_exports_killed_midway_are_removed_at_the_next_start(make_clien
     try:
         older = os.path.join(root, "export-k2j3h4q_")  # named before folders carried the PID
         os.makedirs(older)
+        # A file at the top was logged as removed at every start, and stayed.
+        stray = os.path.join(root, "leftover.parquet")
+        with open(stray, "wb") as fh:
+            fh.write(b"PAR1")
         with make_client() as client:
             assert client.get("/api/health").status_code == 200
         assert not os.path.exists(dead_folder) and not os.path.exists(older)
+        assert not os.path.exists(stray)
         assert os.path.exists(os.path.join(live_folder, "export.parquet"))
     finally:
         running.kill()

@@ -135,3 +135,20 @@ def test_the_table_states_configured_values_as_they_apply():
     # the document served with such settings holds that table
     document = create_app(Settings(max_body_bytes=0)).openapi_schema.to_schema()
     assert markdown(Settings(max_body_bytes=0)) in document["info"]["description"]
+
+
+def test_a_rate_limit_turned_off_promises_no_429():
+    """With the per-user limit set empty the table read "empty, so no limit per user; 429
+    beyond": beyond no limit."""
+    off = row(Settings(session_limit_per_user=""), "session endpoints rate limit")
+    assert off == "`TALLY_SESSION_LIMIT_PER_USER` empty, so no limit per user"
+    on = row(Settings(session_limit_per_user="5/second"), "session endpoints rate limit")
+    assert on.endswith("5/second per user; 429 beyond")
+    both_off = row(
+        Settings(collect_limit_per_key="", collect_limit_per_ip=""), "collect rate limits"
+    )
+    assert "429" not in both_off
+    one = row(
+        Settings(collect_limit_per_key="", collect_limit_per_ip="9/second"), "collect rate limits"
+    )
+    assert one.endswith("9/second per client IP; 429 beyond")

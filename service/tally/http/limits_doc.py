@@ -55,6 +55,11 @@ def _rate(value: str) -> str:
     return value.strip() or "empty, so no limit"
 
 
+def _beyond(*limits: str) -> str:
+    """ "; 429 beyond" when one of the rate limits is set (none set: nothing is refused)."""
+    return "; 429 beyond" if any(limit.strip() for limit in limits) else ""
+
+
 def rows(settings: Settings | None = None) -> list[tuple[str, str]]:
     s = settings or Settings()
     return [
@@ -122,13 +127,13 @@ def rows(settings: Settings | None = None) -> list[tuple[str, str]]:
         (
             "collect rate limits",
             f"`TALLY_COLLECT_LIMIT_PER_KEY` {_rate(s.collect_limit_per_key)} per key, "
-            f"`TALLY_COLLECT_LIMIT_PER_IP` {_rate(s.collect_limit_per_ip)} per client IP; 429 "
-            "beyond",
+            f"`TALLY_COLLECT_LIMIT_PER_IP` {_rate(s.collect_limit_per_ip)} per client IP"
+            f"{_beyond(s.collect_limit_per_key, s.collect_limit_per_ip)}",
         ),
         (
             "session endpoints rate limit",
-            f"`TALLY_SESSION_LIMIT_PER_USER` {_rate(s.session_limit_per_user)} per user; 429 "
-            "beyond",
+            f"`TALLY_SESSION_LIMIT_PER_USER` {_rate(s.session_limit_per_user)} per user"
+            f"{_beyond(s.session_limit_per_user)}",
         ),
         (
             "slow clients",

@@ -206,7 +206,7 @@ def sweep_spool(storage: Storage) -> int:
     """Remove the files of exports whose process died while writing them (a ``kill -9`` or the
     OOM killer leaves a file as large as the export): each folder names its process
     (``export-<pid>-...``); those of processes gone, and those of releases before the name
-    carried one, are removed. Returns how many."""
+    carried one, are removed, and any other file there. Returns how many."""
     root = spool_root(storage)
     try:
         names = os.listdir(root)
@@ -217,7 +217,15 @@ def sweep_spool(storage: Storage) -> int:
         match = _SPOOL_PID.fullmatch(name)
         if match is not None and process_alive(int(match.group(1))):
             continue  # this process's, or another live one's (a worker beside this one)
-        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        path = os.path.join(root, name)
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.remove(path)  # a file left at the top (rmtree refused it, and said nothing)
+        except OSError as exc:
+            log.warning("could not remove %s from the export spool: %s", path, exc)
+            continue
         removed += 1
     if removed:
         log.info("removed %d export file(s) left by processes that stopped mid-export", removed)
