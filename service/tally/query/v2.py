@@ -42,7 +42,8 @@ def _dimension_columns(query: Query, dimensions: tuple[str, ...]) -> tuple[str, 
             dim = DIMENSIONS[name]
             value = session_value(dim.column, dim.session_value or "first_event")
             joins.append(
-                f"LEFT JOIN (SELECT skey, {value} AS v FROM ({base_sql(query)}) GROUP BY skey)"
+                f"LEFT JOIN (SELECT skey, {value} AS v FROM ({base_sql(query, ordered=True)}) "
+                "GROUP BY skey)"
                 f" AS j{i} ON k.skey = j{i}.skey"
             )
             columns.append(f"j{i}.v AS d{i}")
