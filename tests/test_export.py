@@ -918,3 +918,34 @@ def test_a_parquet_file_slower_to_write_than_the_body_deadline_is_sent(
         response = export(client, user, f"projectId={project}&{RANGE}&format=parquet")
         assert response.status_code == 200, response.text
         assert pq.ParquetFile(io.BytesIO(response.content)).metadata.num_rows == rows
+
+
+def test_a_body_declared_and_not_sent_in_time_is_a_408_not_a_client_gone() -> None:
+    """A request that declares a body (Content-Length) the handler does not read: the watch for
+    the client going away asks for it, under the body deadline. When the deadline passed
+    before the work was done, the answer was 499, "Client closed request", and the operator's
+    log said the client had left; it is the deadline's 408. Through the body deadline
+    middleware and the watch that dashboards, breakdowns, the query API and exports use."""
+    from litestar import Request
+
+    from tally.http.gone import while_connected
+    from tally.http.timeouts import BodyTimeout, body_deadline
+
+    raised: list[BaseException] = []
+
+    async def handler(scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await while_connected(Request(scope, receive), asyncio.sleep(5))
+        except BaseException as exc:
+            raised.append(exc)
+
+    async def never() -> dict[str, Any]:
+        await asyncio.sleep(60)  # the client sends no byte of its body
+        return {"type": "http.disconnect"}
+
+    async def main() -> None:
+        scope = _scope("/api/dashboard", "", {"content-length": "5"})
+        await asyncio.wait_for(body_deadline(0.05)(handler)(scope, never, None), 10)
+
+    asyncio.run(main())
+    assert [type(e) for e in raised] == [BodyTimeout]

@@ -25,7 +25,7 @@ from ..domain.ids import OBJECT_ID_PATTERN
 from ..storage import export as export_storage
 from ..storage.export import FORMATS, ExportSpec
 from .access import asking_user, get_head, owned_project, project_route
-from .gone import ClientGone, disconnected
+from .gone import disconnected, why_the_watch_ended
 from .messages import DATE_MESSAGE, OBJECT_ID
 from .ratelimit import RateLimits
 
@@ -138,7 +138,7 @@ async def _stream(
     try:
         await asyncio.wait([reading, watching], return_when=asyncio.FIRST_COMPLETED)
         if not reading.done():
-            raise ClientGone(detail="Client closed request")
+            raise why_the_watch_ended(watching)
         first = reading.result()
     except BaseException:
         _stop(loop, executor, source, storage, spec)

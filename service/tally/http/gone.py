@@ -56,8 +56,18 @@ async def while_connected(request: Request[Any, Any, Any], work: Awaitable[T]) -
         task.cancel()
         with suppress(asyncio.CancelledError):
             await task
-        raise ClientGone(detail="Client closed request")
+        raise why_the_watch_ended(watching)
     return task.result()
+
+
+def why_the_watch_ended(watching: asyncio.Future[Any]) -> BaseException:
+    """What to raise when the watch for the client going away ended before the work: its own
+    error (a body declared and not sent in time, http/timeouts.py: 408) or the client gone."""
+    if watching.done() and not watching.cancelled() and watching.exception() is not None:
+        error = watching.exception()
+        assert error is not None
+        return error
+    return ClientGone(detail="Client closed request")
 
 
 def shielded_receive(app: ASGIApp) -> ASGIApp:
