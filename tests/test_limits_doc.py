@@ -152,3 +152,12 @@ def test_a_rate_limit_turned_off_promises_no_429():
         Settings(collect_limit_per_key="", collect_limit_per_ip="9/second"), "collect rate limits"
     )
     assert one.endswith("9/second per client IP; 429 beyond")
+
+
+def test_the_retention_is_stated_as_configured():
+    """An importer learns from the document how far back it may send: the configured retention
+    (the row gave only "N")."""
+    assert "`TALLY_RETENTION_DAYS` is 90: one of a UTC day before today minus 90 days" in row(
+        Settings(retention_days=90), "`occurredAt`"
+    )
+    assert "(default 0: every day kept)" in row(Settings(), "`occurredAt`")

@@ -55,6 +55,20 @@ def _rate(value: str) -> str:
     return value.strip() or "empty, so no limit"
 
 
+def _oldest(days: int) -> str:
+    """The retention's oldest day, as configured (an importer learns how far back it may go)."""
+    why = "ClickHouse's TTL would drop it as it is written"
+    if days > 0:
+        return (
+            f"`TALLY_RETENTION_DAYS` is {days}: one of a UTC day before today minus {days} days "
+            f"is refused (`is older than the {days} days this Tally keeps events`: {why})"
+        )
+    return (
+        "with `TALLY_RETENTION_DAYS=N` (default 0: every day kept), one of a UTC day before "
+        f"today minus N days is refused (`is older than the N days this Tally keeps events`: {why})"
+    )
+
+
 def _beyond(*limits: str) -> str:
     """ "; 429 beyond" when one of the rate limits is set (none set: nothing is refused)."""
     return "; 429 beyond" if any(limit.strip() for limit in limits) else ""
@@ -92,9 +106,7 @@ def rows(settings: Settings | None = None) -> list[tuple[str, str]]:
             "offset means UTC; `t` and `z` in either case; up to nine fractional digits, kept to "
             "the millisecond (cut, not rounded); a leap second (`23:59:60`) is the last "
             "millisecond of its minute; omitted, or later than receipt, means the receipt time; "
-            "with `TALLY_RETENTION_DAYS=N`, one of a UTC day before today minus N days is refused "
-            "(`is older than the N days this Tally keeps events`: ClickHouse's TTL would drop it "
-            "as it is written)",
+            + _oldest(s.retention_days),
         ),
         (
             "`metadata`",
