@@ -22,6 +22,7 @@ from .common import (
     git_commit,
     machine,
     output_paths,
+    output_problem,
     positive,
     stop_on_sigterm,
     storage_kind,
@@ -223,6 +224,9 @@ def options(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict[str
         mode["seconds"] = args.seconds
     if args.sweep is not None:
         mode["sweep"] = args.sweep
+    problem = output_problem(args.output)
+    if problem:
+        parser.error(f"--output: {problem}")
     folder = output_paths(args.output)[0].parent
     try:
         folder.mkdir(parents=True, exist_ok=True)

@@ -50,8 +50,10 @@ def app_factory() -> Litestar:
 def granian_server(port: int, workers: int = 1, host: str = "127.0.0.1") -> object:
     """granian as ``tally serve`` configures it (tally/cli.py), serving the bare app."""
     from granian import Granian
-    from granian.constants import Interfaces
+    from granian.constants import HTTPModes, Interfaces
     from granian.http import HTTP1Settings
+
+    from tally.config import Settings
 
     return Granian(
         "benchmarks.bare_app:app_factory",
@@ -61,8 +63,11 @@ def granian_server(port: int, workers: int = 1, host: str = "127.0.0.1") -> obje
         port=port,
         workers=workers,
         log_access=False,
-        # tally serve's default (TALLY_HEADER_TIMEOUT_SECONDS=10).
-        http1_settings=HTTP1Settings(header_read_timeout=10_000),
+        http=HTTPModes.http1,  # as tally serve: HTTP/1 only (granian's default also takes h2c)
+        # tally serve's default header deadline (TALLY_HEADER_TIMEOUT_SECONDS)
+        http1_settings=HTTP1Settings(
+            header_read_timeout=int(Settings().header_timeout_seconds * 1000)
+        ),
     )
 
 

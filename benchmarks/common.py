@@ -8,6 +8,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import signal
 import socket
 import subprocess
@@ -123,8 +124,14 @@ def bench_url(base: str, name: str, data_dir: Path) -> str:
 
 
 def drop_bench_database(url: str) -> None:
-    """Start a server run from an empty ``tally_bench_*`` database (embedded runs start fresh)."""
+    """Start a run from empty storage: a server's ``tally_bench_*`` database dropped, an
+    embedded run's folder (``bench_url``'s ``<path>/<run>`` for ``--clickhouse-url
+    chdb:///path``, else a new temporary one) emptied: a second run on the same path measured
+    the first's tenants too."""
     if storage_kind(url) == "embedded":
+        folder = Path(urlsplit(url).path)
+        if folder.is_dir():
+            shutil.rmtree(folder)
         return
     from tally.storage.client import connect, parse_url
 
@@ -310,6 +317,15 @@ def stop_on_sigterm() -> None:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, handler)
+
+
+def output_problem(output: str) -> str | None:
+    """Why ``--output`` cannot name the results file, or None: it must name a file, not a folder
+    (a run of hours ended by IsADirectoryError, writing nothing)."""
+    path = Path(output) if "/" in output else RESULTS / output
+    if output.endswith("/") or path.name in ("", "..") or path.is_dir() or path == RESULTS:
+        return f"{output!r} names a folder; name the results file in it, e.g. {path / 'run.json'}"
+    return None
 
 
 def output_paths(output: str) -> tuple[Path, Path]:

@@ -362,6 +362,29 @@ def test_runs_against_a_server_get_their_own_databases(tmp_path):
         drop_bench_database("http://127.0.0.1:9/tally")
 
 
+def test_a_run_on_a_chdb_path_starts_from_an_empty_folder(tmp_path):
+    """Two runs with --clickhouse-url chdb:///path: the second measured the first's tenants as
+    well (four of 2,000 events where the dashboard has two), as a server's database is dropped."""
+    url = bench_url(f"chdb://{tmp_path}", "dashboard_2k", tmp_path / "unused")
+    # the engine's folder as a run leaves it (one engine per process: not opened here)
+    (tmp_path / "dashboard_2k" / "store" / "a1b").mkdir(parents=True)
+    (tmp_path / "dashboard_2k" / "metadata").mkdir()
+    drop_bench_database(url)
+    assert not (tmp_path / "dashboard_2k").exists()
+    drop_bench_database(url)  # nothing there: nothing to do
+    assert tmp_path.is_dir()
+
+
+@pytest.mark.parametrize("output", ["", ".", "./", "..", "x/", "/tmp", "benchmarks/results/"])
+def test_an_output_naming_a_folder_is_refused_before_the_run(output, capsys):
+    """A folder given as --output ran to the end (hours, in a full run) and then failed with
+    IsADirectoryError, writing nothing; ./ failed with a traceback."""
+    with pytest.raises(SystemExit) as stopped:
+        options(["--output", output])
+    assert stopped.value.code == 2
+    assert "names a folder; name the results file in it" in capsys.readouterr().err
+
+
 def test_workers_need_a_server():
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--workers", "2"],
