@@ -344,7 +344,8 @@ def test_a_segment_loaded_again_after_a_view_failed_gives_its_rollups_the_same_i
         client.wait_for_load = False
         storage = client.app.state.storage
         project_id, key = new_project(client)
-        table = f"{storage.database}.sessions_quarter"
+        # the table that stores the rows (in cluster mode the local one, behind a Distributed)
+        table = f"{storage.database}.sessions_quarter{'_local' if storage.cluster else ''}"
         storage.command(f"ALTER TABLE {table} ADD CONSTRAINT refused CHECK 0")
         failures = client.app.state.loader.failures
         response = client.post(

@@ -195,7 +195,8 @@ def test_a_server_that_never_answers_is_said_in_words_with_try_again(
     assert page.locator("main [aria-busy=true]").text_content() == "Loading…"
     release(page, held)
     page.wait_for_selector("#summary")
-    assert page.locator("main [aria-busy=true]").count() == 0
+    # busy no more once every answer is in (the breakdown panels' too: busy while they load)
+    page.wait_for_function("() => !document.querySelector('main [aria-busy=true]')")
     page.evaluate("window.tallyApiTimeoutMs = 1500")
     held = hold_api(page)
     page.select_option("#window", "14")
@@ -407,5 +408,58 @@ def test_this_years_times_leave_the_year_out_and_no_visit_ended_is_a_dash(
     assert card.locator(".value").text_content() == "–"
     assert card.get_attribute("data-value") == "0"
     assert page.locator("[data-testid=session-ends]").count() == 0
+    page.context.close()
+    watch.assert_clean()
+
+
+# --- what a dashboard-page hunt found ------------------------------------------------------------
+
+
+def test_any_days_the_api_takes_names_and_labels_in_characters_busy_panels_named_keys(
+    edge, browser, watch
+):
+    """A shared `days=3` view showed the last 7 days; name and label fields counted UTF-16 units
+    (30 emoji filled a 60-character name, cut without a word); breakdown panels loading were
+    not marked busy; the one place a key is shown had fields without an accessible name."""
+    page = edge.open(browser, watch, DESKTOP, "&days=3")
+    assert page.input_value("#window") == "3"
+    assert page.locator("#window option:checked").text_content() == "Last 3 days"
+    total = summary(edge.tally, edge.user, edge.project_id, days=3)["totalEvents"]
+    page.wait_for_selector("[data-metric=totalEvents]")
+    assert page.get_attribute("[data-metric=totalEvents]", "data-value") == str(total)
+    assert "days=3" in page.url
+
+    # Panels are busy while their answers are awaited, and not once they are in.
+    page.wait_for_selector("[data-panel][data-state=ready]")
+    held: list[Any] = []
+    page.route(lambda url: "/api/breakdown" in url, lambda route: held.append(route))
+    page.click("#refresh")
+    pump(page, lambda: page.locator("[data-panel][aria-busy=true]").count() > 0, "busy panels")
+    release(page, held)
+    pump(page, lambda: page.locator("[data-panel][aria-busy]").count() == 0, "panels done")
+
+    # 40 emoji are 40 characters: taken whole; 61 characters are refused in words.
+    page.goto(f"{edge.tally}/?project={edge.project_id}&tab=settings")
+    page.wait_for_selector("#settings-name")
+    page.fill("#settings-name", "😀" * 40)
+    assert page.input_value("#settings-name") == "😀" * 40
+    assert page.evaluate("document.querySelector('#settings-name').validity.valid")
+    page.fill("#settings-name", "é" * 61)
+    message = page.evaluate("document.querySelector('#settings-name').validationMessage")
+    assert message == "At most 60 characters (now 61).", message
+
+    # A new key's fields say what they hold.
+    page.goto(f"{edge.tally}/?project={edge.project_id}&tab=keys")
+    page.fill("#key-label", "🔑" * 40)
+    page.get_by_role("button", name="Add key").click()
+    page.wait_for_selector("[data-testid=new-key]")
+    assert page.get_by_label("API key", exact=True).input_value().startswith("tk_")
+    assert "tally.js" in page.get_by_label("Snippet", exact=False).input_value()
+    keys = httpx.get(
+        f"{edge.tally}/api/projects/keys",
+        params={"projectId": edge.project_id},
+        headers=headers(edge.user),
+    ).json()["keys"]
+    assert "🔑" * 40 in [k["label"] for k in keys]
     page.context.close()
     watch.assert_clean()

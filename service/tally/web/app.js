@@ -43,6 +43,19 @@
     return el;
   }
 
+  // A name's or label's longest, as the server counts it: characters (code points) once trimmed.
+  // maxlength counts UTF-16 units: 30 emoji filled a 60-character name field, cut without a word.
+  // Too short is the server's to say (it says that spaces around are trimmed).
+  function characters(input, max) {
+    const check = () => {
+      const n = [...input.value.trim()].length;
+      input.setCustomValidity(n > max ? `At most ${max} characters (now ${n}).` : '');
+    };
+    input.addEventListener('input', check);
+    check();
+    return input;
+  }
+
   function notice(text, kind = 'info', ...extra) {
     return h('div', { class: `notice ${kind}`, role: kind === 'error' ? 'alert' : 'status' }, h('p', { text }), extra);
   }
@@ -239,7 +252,9 @@
     return {
       project: q.get('project') || '',
       tab: ['keys', 'settings'].includes(q.get('tab')) ? q.get('tab') : 'dashboard',
-      days: WINDOWS.some(([d]) => d === days) ? days : DEFAULT_DAYS,
+      // Any whole number of days the API takes (1-90), not only the presets: a shared
+      // `days=3` view showed the last 7 days.
+      days: Number.isInteger(days) && days >= 1 && days <= 90 ? days : DEFAULT_DAYS,
       from: range ? from : '',
       to: range ? to : '',
       filters: parseFilters(q.get('filters')),
@@ -466,6 +481,7 @@
     'Africa/Asmera': 'Africa/Asmara',
     'America/Buenos_Aires': 'America/Argentina/Buenos_Aires',
     'America/Catamarca': 'America/Argentina/Catamarca',
+    'America/Coral_Harbour': 'America/Atikokan',
     'America/Cordoba': 'America/Argentina/Cordoba',
     'America/Godthab': 'America/Nuuk',
     'America/Indianapolis': 'America/Indiana/Indianapolis',
@@ -507,11 +523,10 @@
       id: 'project-name',
       name: 'name',
       required: true,
-      minlength: 2,
-      maxlength: 60,
       placeholder: 'My site',
       autocomplete: 'off',
     });
+    characters(name, 60);
     const zone = zoneSelect('project-zone', browserZone());
     const button = h('button', { type: 'submit', class: 'primary', text: 'Create project' });
     const form = h(
@@ -589,8 +604,8 @@
 
   function copyField(label, value, multiline, testid) {
     const field = multiline
-      ? h('textarea', { class: 'mono', rows: 3, readonly: true, value, 'data-testid': testid })
-      : h('input', { class: 'mono', readonly: true, value, 'data-testid': testid });
+      ? h('textarea', { class: 'mono', rows: 3, readonly: true, value, 'aria-label': label, 'data-testid': testid })
+      : h('input', { class: 'mono', readonly: true, value, 'aria-label': label, 'data-testid': testid });
     const status = h('span', { class: 'muted copy-status', role: 'status' });
     const button = h('button', { type: 'button', text: 'Copy', 'data-copy': testid, onclick: () => copy(field, value, status) });
     return h('div', { class: 'copy' }, h('span', { class: 'copy-label', text: label }), h('div', { class: 'copy-row' }, field, button), status);
@@ -659,7 +674,8 @@
 
   function settingsView(project, where) {
     const status = h('div', { id: 'settings-status' });
-    const name = h('input', { id: 'settings-name', name: 'name', required: true, minlength: 2, maxlength: 60, value: project.name, autocomplete: 'off' });
+    const name = h('input', { id: 'settings-name', name: 'name', required: true, value: project.name, autocomplete: 'off' });
+    characters(name, 60);
     const zone = zoneSelect('settings-zone', project.timezone);
     const bots = h('input', { id: 'settings-bots', name: 'excludeBots', type: 'checkbox', class: 'check' });
     bots.checked = project.excludeBots;
@@ -727,7 +743,8 @@
   async function keysView(project, where, gen) {
     const table = h('div', { id: 'keys' }, h('p', { class: 'muted', text: 'Loading keys…' }));
     const created = h('div', {});
-    const label = h('input', { id: 'key-label', name: 'label', maxlength: 60, placeholder: 'Label, e.g. Staging', autocomplete: 'off' });
+    const label = h('input', { id: 'key-label', name: 'label', placeholder: 'Label, e.g. Staging', autocomplete: 'off' });
+    characters(label, 60);
     const button = h('button', { type: 'submit', class: 'primary', text: 'Add key' });
     const form = h(
       'form',
@@ -1366,6 +1383,7 @@
       loading = panelReads();
       const signal = loading.signal;
       section.dataset.state = 'loading';
+      section.setAttribute('aria-busy', 'true');
       section.dataset.by = by;
       body.replaceChildren(h('p', { class: 'muted', text: 'Loading…' }));
       let answer;
@@ -1374,11 +1392,13 @@
         answer = await api('GET', `/api/breakdown?${apiQuery(project.id, r, { by, limit, compare: false })}`, undefined, signal);
       } catch (err) {
         if (gen !== generation || by !== current) return;
+        section.removeAttribute('aria-busy');
         section.dataset.state = 'error';
         showError(body, err, load);
         return;
       }
       if (gen !== generation || by !== current) return;
+      section.removeAttribute('aria-busy');
       rows = answer.rows;
       const total = Math.max(1, ...rows.map((x) => x.visitors));
       const show = by === 'country' ? (x) => countryName(x.value) : (x) => x.value;
@@ -1458,7 +1478,8 @@
     const select = h(
       'select',
       { id: 'window', name: 'days', onchange: () => go(viewParams(r, { days: Number(select.value), from: '', to: '' })) },
-      WINDOWS.map(([d, label]) => h('option', { value: String(d), selected: d === days, text: label }))
+      WINDOWS.map(([d, label]) => h('option', { value: String(d), selected: d === days, text: label })),
+      WINDOWS.some(([d]) => d === days) ? null : h('option', { value: String(days), selected: true, text: `Last ${days} days` })
     );
     const live = card('liveVisitors', 'Live visitors', '', '…', 'in the last 5 minutes');
     live.id = 'live';
