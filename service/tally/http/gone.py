@@ -63,11 +63,8 @@ async def while_connected(request: Request[Any, Any, Any], work: Awaitable[T]) -
 def why_the_watch_ended(watching: asyncio.Future[Any]) -> BaseException:
     """What to raise when the watch for the client going away ended before the work: its own
     error (a body declared and not sent in time, http/timeouts.py: 408) or the client gone."""
-    if watching.done() and not watching.cancelled() and watching.exception() is not None:
-        error = watching.exception()
-        assert error is not None
-        return error
-    return ClientGone(detail="Client closed request")
+    error = watching.exception() if watching.done() and not watching.cancelled() else None
+    return error or ClientGone(detail="Client closed request")
 
 
 def shielded_receive(app: ASGIApp) -> ASGIApp:

@@ -35,15 +35,16 @@ class Dimension:
     api: str
     column: str
     per_session: bool  # the session's value (first event's, first or last pageview's)
-    pick: str = "first"  # per-session: "first" event, "entry" pageview or "exit" pageview
+    # per session: which event carries the value (query/sql.py's SESSION_VALUE names)
+    pick: str = "first_event"
 
 
 DIMENSIONS: dict[str, Dimension] = {
     d.api: d
     for d in (
         Dimension("path", "path", False),
-        Dimension("entryPage", "path", True, "entry"),
-        Dimension("exitPage", "path", True, "exit"),
+        Dimension("entryPage", "path", True, "first_pageview"),
+        Dimension("exitPage", "path", True, "last_pageview"),
         Dimension("source", "source", True),
         Dimension("channel", "channel", True),
         Dimension("referrer", "referrer", False),
@@ -135,8 +136,7 @@ def raw_breakdown_sql(query: Query) -> str:
                    countIf(name = 'pageview') AS pageviews, count() AS events
             FROM {{db}}.events WHERE {where} AND {dim.column} != ''
             GROUP BY value {ORDER}"""
-    pick = {"first": "first_event", "entry": "first_pageview", "exit": "last_pageview"}[dim.pick]
-    value = session_value(dim.column, pick)
+    value = session_value(dim.column, dim.pick)
     # One group per session; an event without a session id is a group of its own.
     return f"""
         SELECT value, uniqExactArray(vs) AS visitors, sum(pv) AS pageviews, sum(n) AS events
