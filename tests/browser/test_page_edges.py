@@ -463,3 +463,57 @@ def test_any_days_the_api_takes_names_and_labels_in_characters_busy_panels_named
     assert "🔑" * 40 in [k["label"] for k in keys]
     page.context.close()
     watch.assert_clean()
+
+
+def test_a_choice_made_with_arrow_keys_loads_once_and_refresh_follows_the_day(edge, browser, watch):
+    """Arrowing through the Window or Compare select (a closed select fires change at every
+    step) loaded a view at each step; a Refresh past the zone's midnight kept the range fields on
+    the day the view was drawn."""
+    page = edge.open(browser, watch, DESKTOP)
+    asked: list[str] = []
+    page.on("request", lambda req: "/api/dashboard" in req.url and asked.append(req.url))
+    page.focus("#window")
+    for _ in range(3):  # 7 -> 14 -> 30 -> 90 days, a step every 100 ms
+        page.keyboard.press("ArrowDown")
+        page.wait_for_timeout(100)
+    pump(page, lambda: "days=90" in page.url and len(asked) >= 1, "the chosen window")
+    page.wait_for_selector("#summary")
+    page.wait_for_timeout(1500)  # no other step's view follows
+    assert [("days=90" in url) for url in asked] == [True], asked
+    assert page.evaluate("document.activeElement.id") == "window"
+
+    asked.clear()
+    page.focus("#compare")
+    page.keyboard.press("ArrowDown")  # Previous period
+    page.wait_for_timeout(100)
+    page.keyboard.press("ArrowDown")  # Previous year
+    page.keyboard.press("Enter")  # at once, without waiting for the keys to rest
+    assert "compare=previous_year" in page.url
+    page.wait_for_selector("#summary")
+    page.wait_for_timeout(1500)
+    assert [("compare=previous_year" in url) for url in asked] == [True], asked
+
+    # A pointer's choice acts at once (select_option is a choice without keys).
+    page.select_option("#window", "14")
+    assert "days=14" in page.url
+    page.wait_for_selector("#summary")
+    page.context.close()
+
+    # The page's clock on one day, then the next (the UTC project's range fields follow it).
+    context = browser.new_context(viewport=DESKTOP)
+    page = watch(context.new_page())
+    first = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0) - 3 * DAY
+    page.clock.set_fixed_time(first)
+    page.goto(f"{edge.tally}/?project={edge.project_id}#token={token(edge.user)}")
+    page.wait_for_selector("#summary")
+    assert page.input_value("#range-to") == first.date().isoformat()
+    assert page.get_attribute("#range-to", "max") == first.date().isoformat()
+    page.clock.set_fixed_time(first + DAY)
+    page.click("#refresh")
+    day = (first + DAY).date()
+    pump(page, lambda: page.input_value("#range-to") == day.isoformat(), "a day on")
+    assert page.input_value("#range-from") == (day - 6 * DAY).isoformat()
+    page.wait_for_selector("#summary")
+    assert page.evaluate("document.activeElement.id") == "refresh"
+    context.close()
+    watch.assert_clean()

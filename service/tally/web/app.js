@@ -1477,14 +1477,18 @@
     const tz = project.timezone;
     const select = h(
       'select',
-      { id: 'window', name: 'days', onchange: () => go(viewParams(r, { days: Number(select.value), from: '', to: '' })) },
+      { id: 'window', name: 'days' },
       WINDOWS.map(([d, label]) => h('option', { value: String(d), selected: d === days, text: label })),
       WINDOWS.some(([d]) => d === days) ? null : h('option', { value: String(days), selected: true, text: `Last ${days} days` })
     );
+    onChoice(select, () => go(viewParams(r, { days: Number(select.value), from: '', to: '' })));
+    const builtOn = zoneToday(tz); // the zone's day the view's dates were drawn for
     const live = card('liveVisitors', 'Live visitors', '', '…', 'in the last 5 minutes');
     live.id = 'live';
     const body = h('div', { id: 'dashboard' }, h('p', { class: 'muted', text: 'Loading the dashboard…' }));
-    const refresh = h('button', { type: 'button', id: 'refresh', text: 'Refresh', onclick: () => load() });
+    // Refresh on a later day than the view was drawn (past the zone's midnight) draws the view
+    // anew: its range fields, their latest day and the window's dates move with the day.
+    const refresh = h('button', { type: 'button', id: 'refresh', text: 'Refresh', onclick: () => (zoneToday(tz) === builtOn ? load() : (keepFocus('refresh'), render())) });
     // While the numbers are asked for again (Refresh), the old ones stay, dimmed, and this says so.
     const pending = h('span', { class: 'pending-note', id: 'dashboard-pending', role: 'status' });
     const exportStatus = h('span', { class: 'muted', id: 'export-status', 'aria-live': 'polite' });
@@ -1922,12 +1926,42 @@
     return '';
   }
 
+  // A closed select changed with the keyboard (arrows, Home/End, Page keys, typing a letter)
+  // fires change at every step, and each would load a view. So a choice made with keys acts once
+  // the keys rest for KEY_SETTLE_MS, or at once on Enter or on leaving the select; a choice made
+  // with the pointer acts at once.
+  const KEY_SETTLE_MS = 700;
+  function onChoice(select, act) {
+    let keyed = false;
+    let timer = 0;
+    const now = () => {
+      clearTimeout(timer);
+      timer = 0;
+      if (select.isConnected) act(); // not once another view replaced it
+    };
+    select.addEventListener('pointerdown', () => (keyed = false));
+    select.addEventListener('keydown', (e) => {
+      if (e.key === 'Enter' && timer) {
+        e.preventDefault();
+        now();
+      } else if (e.key !== 'Tab' && e.key !== 'Shift' && e.key !== 'Escape') keyed = true;
+    });
+    select.addEventListener('change', () => {
+      if (!keyed) return now();
+      keyed = false;
+      clearTimeout(timer);
+      timer = setTimeout(now, KEY_SETTLE_MS);
+    });
+    select.addEventListener('blur', () => timer && now());
+  }
+
   function compareControl(r) {
     const select = h(
       'select',
-      { id: 'compare', name: 'compare', onchange: () => go(viewParams(r, { compare: select.value })) },
+      { id: 'compare', name: 'compare' },
       Object.entries(COMPARE_LABELS).map(([value, text]) => h('option', { value, text, selected: value === r.compare }))
     );
+    onChoice(select, () => go(viewParams(r, { compare: select.value })));
     return h('div', { class: 'compare-control' }, h('label', { for: 'compare', text: 'Compare with' }), select, h('span', { class: 'muted', id: 'compare-range' }));
   }
 
