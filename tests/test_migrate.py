@@ -98,6 +98,7 @@ RELEASED = {
     15: "472846f45021a40b",
     16: "b602f04aa0e90db6",
     17: "ecd577de1779e0fc",
+    18: "ee549c2196359119",
 }
 
 
@@ -449,7 +450,7 @@ def test_upgrade_to_event_dimensions_keeps_old_rows_with_defaults(chdb_path):
 
 
 def test_upgrade_to_the_corrected_comments_keeps_every_row(chdb_path):
-    """Schemas 016 and 017 change column comments only: data written under 015 reads the same
+    """Schemas 016, 017 and 018 change column comments only: data written under 015 reads the same
     after them, and analysts read the new comments in system.columns."""
     storage = Storage(parse_url(f"chdb://{chdb_path}?database=d_{uuid.uuid4().hex[:10]}"), 1)
     db = storage.database
@@ -458,7 +459,8 @@ def test_upgrade_to_the_corrected_comments_keeps_every_row(chdb_path):
         storage.command(
             f"INSERT INTO {db}.events (project_id, name, occurred_at, received_at, session_id, "
             "duration_ms) VALUES ('p', 'session_end', now64(3), now64(3), 's', 1500), "
-            "('p', 'session_end', now64(3), now64(3), 't', NULL)"
+            "('p', 'session_end', now64(3), now64(3), 't', NULL), "
+            "('p', 'pageview', now64(3), now64(3), '', NULL)"
         )
         tables = ("events", "sessions_daily", "sessions_quarter")
         read = (
@@ -468,16 +470,20 @@ def test_upgrade_to_the_corrected_comments_keeps_every_row(chdb_path):
             f"SELECT count(), uniqExact(event_id), sum(duration_ms) FROM {db}.events",
         )
         before = [storage.query(sql) for sql in read]
-        assert before[0] == [(2, 1)] and before[1] == [(2, 1, 1)]
+        assert before[0] == [(3, 1)] and before[1] == [(3, 1, 1)]
 
-        assert migrate(storage) == ["016_column_comments", "017_event_id_comment"]
+        assert migrate(storage) == [
+            "016_column_comments",
+            "017_event_id_comment",
+            "018_event_id_hash_comments",
+        ]
 
         assert [storage.query(sql) for sql in read] == before
         comments = dict(
             storage.query(
                 "SELECT concat(table, '.', name), comment FROM system.columns "
                 "WHERE database = {d:String} AND table IN {t:Array(String)} "
-                "AND name IN ('event_id', 'ends_stated', 'ends_unstated')",
+                "AND name IN ('event_id', 'session_key', 'ends_stated', 'ends_unstated')",
                 {"d": db, "t": list(tables)},
             )
         )
@@ -486,6 +492,20 @@ def test_upgrade_to_the_corrected_comments_keeps_every_row(chdb_path):
         for column in ("sessions_daily.ends_stated", "sessions_quarter.ends_stated"):
             assert "a number >= 0" in comments[column], column
         assert "number >= 0 (events.duration_ms NULL)" in comments["sessions_quarter.ends_unstated"]
+        # schema 018: the hash of an event's id is of its text, and the stored keys say so
+        hashed = "sipHash64(toString(event_id))"
+        for column in (
+            "events.session_key",
+            "sessions_quarter.session_key",
+            "sessions_quarter.ends_stated",
+            "sessions_quarter.ends_unstated",
+        ):
+            assert hashed in comments[column], column
+        keys = storage.query(
+            f"SELECT countIf(session_key = sipHash64(toString(event_id))), "
+            f"countIf(session_key = sipHash64(event_id)) FROM {db}.events WHERE session_id = ''"
+        )
+        assert keys == [(1, 0)]
     finally:
         storage.close()
 
