@@ -119,6 +119,12 @@ def test_unknown_by_is_400_invalid_query_naming_by(client, user):
     assert any("by" in d["path"] or "by" in d["message"] for d in body["details"]), body
     # In plain words: the values it takes.
     assert any(d["message"].startswith("must be one of path, ") for d in body["details"]), body
+    # the same words for a value the decoder quotes otherwise (it holds an apostrophe)
+    response = client.get(f"/api/breakdown?projectId={project_id}&by=it's", headers=auth(user))
+    assert response.status_code == 400
+    assert response.json()["details"][0]["message"].startswith("must be one of path, "), (
+        response.text
+    )
     response = client.get(
         f"/api/dashboard?projectId={project_id}&compare=previous_month", headers=auth(user)
     )

@@ -42,6 +42,9 @@ COLLECT = [
     ),
     (event(unknown=1), "$.events[0].unknown", "is not a known field"),
     ({"events": [{"name": "a"}], "extra": 1}, "$.extra", "is not a known field"),
+    # a name that is not a plain identifier is quoted, as a metadata key is: not read as a path
+    ({"events": [{"name": "a"}], "a.b[0]": 1}, '$["a.b[0]"]', "is not a known field"),
+    (event(**{"page title": 1}), '$.events[0]["page title"]', "is not a known field"),
     (event(metadata={"k" * 101: 1}), "$.events[0].metadata", "keys must be 1 to 100 characters"),
     (event(metadata={"": 1}), "$.events[0].metadata", "keys must be 1 to 100 characters"),
     # A metadata value is named by its key (msgspec says only "metadata[...]").
@@ -193,6 +196,7 @@ def test_byte_messages(client, raw, content_type, message):
         ({"name": "\u200b\u200b\u200b"}, "$.name", VISIBLE_RULE),
         ({"name": 3}, "$.name", "must be a string, not an integer"),
         ({"name": "ok", "x": 1}, "$.x", "is not a known field"),
+        ({"name": "ok", 'x"y': 1}, '$["x\\"y"]', "is not a known field"),
     ],
 )
 def test_project_messages(client, body, path, message):
@@ -238,6 +242,8 @@ DAYS = "must be a whole number of days from 1 to 90"
         ("projectId={p}&projectId={p}", "$.projectId", "is given more than once"),
         ("projectId=%ff", "$.projectId", "is not valid UTF-8"),
         ("projectId={p}%00", "$.projectId", "must not contain NUL characters"),
+        # a value with an apostrophe is quoted otherwise by the decoder: the same words
+        ("projectId={p}&compare=x'", "$.compare", "must be one of previous_period, previous_year"),
     ],
 )
 def test_query_messages(client, query, path, message):
@@ -276,6 +282,21 @@ def test_missing_key_id_on_revoke(client):
         (
             {"site_id": "0" * 24, "metrics": ["visitors"], "date_range": "7d", "x": 1},
             "$.x",
+            "is not supported",
+        ),
+        (
+            {"site_id": "0" * 24, "metrics": ["visitors"], "date_range": "7d", "a.b": 1},
+            '$["a.b"]',
+            "is not supported",
+        ),
+        (
+            {
+                "site_id": "0" * 24,
+                "metrics": ["visitors"],
+                "date_range": "7d",
+                "include": {"time labels": True},
+            },
+            '$.include["time labels"]',
             "is not supported",
         ),
         # "must have at least 1 items" before: the items named, in the right number

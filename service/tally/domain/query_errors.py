@@ -8,6 +8,7 @@ for a JSON body, as CONTRACT.md's error table says.
 
 from __future__ import annotations
 
+import json
 import re
 
 INVALID_QUERY = "Invalid query"
@@ -21,6 +22,16 @@ LONE_SURROGATE = re.compile(
     rb"|(?<!\\)(?:\\\\)*(?<![dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
 )
 NO_SURROGATES = "must be valid UTF-8 text (no lone surrogates)"
+_SHORTHAND = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def member(name: str) -> str:
+    """A key as the last step of a path: ``.browser``, or ``["page title"]`` when the name is
+    not a plain identifier (JSONPath, RFC 9535; the string quoted as JSON quotes it), so that
+    ``{"a.b": 1}`` is not read as ``$.a.b``."""
+    if _SHORTHAND.match(name):
+        return f".{name}"
+    return f"[{json.dumps(name, ensure_ascii=False)}]"
 
 
 class InvalidQuery(ValueError):

@@ -33,7 +33,14 @@ from msgspec import Meta, Struct
 
 from .filters import DIMENSIONS, Dimension, Filters, validate_filters
 from .ids import OBJECT_ID_PATTERN
-from .query_errors import INVALID_PAYLOAD, LONE_SURROGATE, NO_SURROGATES, TOO_DEEP, InvalidQuery
+from .query_errors import (
+    INVALID_PAYLOAD,
+    LONE_SURROGATE,
+    NO_SURROGATES,
+    TOO_DEEP,
+    InvalidQuery,
+    member,
+)
 from .ranges import MAX_RANGE_DAYS, DateRange, date_span, parse_date
 
 Metric = Literal["visitors", "visits", "pageviews", "events", "bounce_rate", "visit_duration"]
@@ -292,7 +299,7 @@ def validate_query(body: QueryBody) -> V2Query:
 
     for key, value in (body.include or {}).items():
         if value not in (False, None):
-            raise _bad(f"$.include.{key}", "is not supported")
+            raise _bad("$.include" + member(key), "is not supported")
 
     pagination = body.pagination or Pagination()
     return V2Query(
@@ -333,7 +340,7 @@ def parse_query(body: bytes) -> V2Query:
         where = where.rstrip("`") or "$"
         unknown = re.fullmatch(r"Object contains unknown field `(.*)`", message)
         if unknown:  # name the part Tally does not support, as the issue asks
-            raise _bad(f"{where}.{unknown[1]}", "is not supported") from None
+            raise _bad(where + member(unknown[1]), "is not supported") from None
         raise _bad(where, message) from None
     except msgspec.DecodeError as exc:
         if LONE_SURROGATE.search(body):  # an escape such as \ud800, alone

@@ -25,7 +25,7 @@ from litestar.dto import AbstractDTO, DTOConfig, DTOFieldDefinition
 from litestar.exceptions import ValidationException
 from litestar.typing import FieldDefinition
 
-from ..domain.query_errors import LONE_SURROGATE, TOO_DEEP
+from ..domain.query_errors import LONE_SURROGATE, TOO_DEEP, member
 from .messages import NOT_UTF8, plain
 from .schemas import CollectBody, MetadataValue
 
@@ -251,7 +251,7 @@ def _invalid(message: str, body: bytes | None = None) -> ValidationException:
     path, words = plain(text, path, in_key=where.startswith("at `key` in"))
     if body is not None and (value_of := _METADATA_VALUE.match(path)):
         name = _bad_metadata_key(body, int(value_of.group(1)))
-        path = path.removesuffix("[...]") + ("" if name is None else _member(name))
+        path = path.removesuffix("[...]") + ("" if name is None else member(name))
     elif body is not None and "[...]" in path and text == "Number out of range":
         # A body decoded without a shape (v2's first checks) names every key ``[...]``.
         path = _infinite_number_path(body) or path
@@ -262,7 +262,6 @@ def _invalid(message: str, body: bytes | None = None) -> ValidationException:
 
 # msgspec's path of a metadata value, ``$.events[3].metadata[...]``.
 _METADATA_VALUE = re.compile(r"^\$\.events\[(\d+)\]\.metadata\[\.\.\.\]$")
-_SHORTHAND = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _metadata_value = msgspec.json.Decoder(MetadataValue)
 
 
@@ -287,18 +286,10 @@ def _infinite_number_path(body: bytes) -> str | None:
         if isinstance(node, float) and math.isinf(node):
             return path
         if isinstance(node, dict):
-            stack.extend((v, path + _member(k)) for k, v in reversed(node.items()))
+            stack.extend((v, path + member(k)) for k, v in reversed(node.items()))
         elif isinstance(node, list):
             stack.extend((v, f"{path}[{i}]") for i, v in reversed(list(enumerate(node))))
     return None
-
-
-def _member(name: str) -> str:
-    """A key as the last step of a path: ``.browser``, or ``["page title"]`` when the name is
-    not a plain identifier (JSONPath, RFC 9535; the string quoted as JSON quotes it)."""
-    if _SHORTHAND.match(name):
-        return f".{name}"
-    return f"[{json.dumps(name, ensure_ascii=False)}]"
 
 
 def _bad_metadata_key(body: bytes, index: int) -> str | None:

@@ -13,6 +13,7 @@ from typing import get_args
 
 from ..domain.metrics import MAX_DAYS
 from ..domain.projects import LABEL_RULE, NAME_RULE
+from ..domain.query_errors import member
 from ..domain.ranges import Compare
 from ..query.breakdown import MAX_LIMIT, By
 
@@ -63,7 +64,8 @@ _LENGTH = re.compile(r"^Expected `(?P<type>str|array|object)` of length (?P<op>[
 _BOUND = re.compile(r"^Expected `(?P<type>int|float)` (?P<op>[<>]=?) (?P<n>-?[\d.]+)$")
 _REGEX = re.compile(r"^Expected `str` matching regex ")
 _TYPE = re.compile(r"^Expected `(?P<want>[^`]*)`, got `(?P<got>[^`]*)`$")
-_ENUM = re.compile(r"^Invalid enum value '(?P<value>.*)'$", re.DOTALL)
+# The value is quoted as Python's repr quotes it: in double quotes when it holds a '.
+_ENUM = re.compile(r"^Invalid enum value (?:'.*'|\".*\")$", re.DOTALL)
 _QUERY_MISSING = re.compile(r"^Missing required (?:query )?parameter '?(?P<field>[^' ]+)'?")
 
 
@@ -74,7 +76,7 @@ def _field(path: str) -> str:
 
 
 def _join(path: str, field: str) -> str:
-    return f"{path}.{field}" if path else f"$.{field}"
+    return (path or "$") + member(field)
 
 
 def _type_words(names: str) -> str:
