@@ -64,6 +64,8 @@ def test_the_session_cookie_is_a_documented_way_in(client, user):
     schemes = DOCUMENT["components"]["securitySchemes"]
     cookie = schemes["sessionCookie"]
     assert (cookie["type"], cookie["name"], cookie["in"]) == ("apiKey", "tally_session", "cookie")
+    # Swagger UI's Authorize took it and showed "Authorized", then sent no cookie (401)
+    assert "Not for this page's Try it out" in cookie["description"]
     listing = DOCUMENT["paths"]["/api/projects"]["get"]
     assert {"sessionCookie": []} in listing["security"]
     token = auth(user)["authorization"].removeprefix("Bearer ")
@@ -189,3 +191,57 @@ def test_the_v2_filters_are_typed_as_the_server_takes_them():
     for wrong in ([one] * 21, [["is", "event:page"]], [["equals", "event:page", ["/a"]]]):
         with pytest.raises(jsonschema_rs.ValidationError):
             jsonschema_rs.validate(schema, query | {"filters": wrong})
+
+
+V2_QUERY = {"site_id": "0" * 24, "metrics": ["visitors"], "date_range": "7d"}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"filters": [["is", "event:page", []]]},
+        {"order_by": [["visitors", "up"]]},
+        {"order_by": [["visitors"]]},
+        {"metrics": ["visitors", "visitors"]},
+        {"dimensions": ["event:page", "event:page"]},
+        {"date_range": "0d"},
+        {"date_range": "367d"},
+        {"date_range": "13mo"},
+        {"date_range": "all"},
+        {"date_range": ["2026-01-01"]},
+        {"date_range": ["2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z"]},
+    ],
+)
+def test_a_v2_body_the_server_refuses_breaks_the_documents_schema(client, user, change):
+    """The document's v2 body took bodies the server refuses (a filter without values, a
+    direction other than asc or desc, a metric twice, date ranges it does not read): a client
+    that validates before sending learned of them only from the 400."""
+    project_id, _ = new_project(client, user=user)
+    body = V2_QUERY | {"site_id": project_id} | change
+    response = client.post("/api/v2/query", json=body, headers=auth(user))
+    assert response.status_code == 400, response.text
+    media = DOCUMENT["paths"]["/api/v2/query"]["post"]["requestBody"]["content"]
+    with pytest.raises(jsonschema_rs.ValidationError):
+        jsonschema_rs.validate(_resolve(media["application/json"]["schema"]), body)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"date_range": "366d"},
+        {"date_range": "1d"},
+        {"date_range": "12mo"},
+        {"date_range": "day"},
+        {"date_range": ["2026-01-01", "2026-01-31"]},
+        {"order_by": [["visitors", "asc"]], "dimensions": ["event:page"]},
+        {"order_by": None},
+        {"filters": [["is", "event:page", [""]]]},
+    ],
+)
+def test_a_v2_body_the_server_takes_meets_the_documents_schema(client, user, change):
+    project_id, _ = new_project(client, user=user)
+    body = V2_QUERY | {"site_id": project_id} | change
+    response = client.post("/api/v2/query", json=body, headers=auth(user))
+    assert response.status_code == 200, response.text
+    media = DOCUMENT["paths"]["/api/v2/query"]["post"]["requestBody"]["content"]
+    jsonschema_rs.validate(_resolve(media["application/json"]["schema"]), body)

@@ -441,13 +441,13 @@ V2_ERRORS = [
     (
         body(date_range="all"),
         "$.date_range",
-        "'all' is not supported; use day, 7d, 28d, 30d, 91d, month, 6mo, 12mo, year, "
-        "or two dates [from, to]",
+        "'all' is not supported; use day, Nd (N from 1 to 366, as 7d or 30d), month, "
+        "Nmo (N from 1 to 12, as 6mo), year, or two dates [from, to]",
     ),
     (body(date_range="realtime"), "$.date_range", "'realtime' is not supported"),
     (body(date_range="400d"), "$.date_range", "'400d' is longer than 366 days"),
     (body(date_range="13mo"), "$.date_range", "'13mo' is longer than 366 days"),
-    (body(date_range=["2026-01-01"]), "$.date_range", "must be one of day, 7d"),
+    (body(date_range=["2026-01-01"]), "$.date_range", "must be one of day, Nd (N from 1 to 366"),
     (
         body(date_range=["2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z"]),
         "$.date_range",

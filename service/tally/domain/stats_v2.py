@@ -185,15 +185,18 @@ _SHORTHAND = re.compile(r"([1-9][0-9]{0,3})(d|mo)")
 _DATE_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]")
 
 
+# Every form date_range takes, in words (any N in its bounds, not only the common ones).
+_RANGE_WORDS = (
+    "day, Nd (N from 1 to 366, as 7d or 30d), month, Nmo (N from 1 to 12, as 6mo), year, "
+    "or two dates [from, to]"
+)
+
+
 def _date_range(value: str | list[str]) -> RangeRequest:
     path = "$.date_range"
     if isinstance(value, list):
         if len(value) != 2:
-            raise _bad(
-                path,
-                "must be one of day, 7d, 28d, 30d, 91d, month, 6mo, 12mo, year, "
-                "or two dates [from, to]",
-            )
+            raise _bad(path, f"must be one of {_RANGE_WORDS}")
         try:
             first = parse_date(value[0], f"{path}[0]")
             last = parse_date(value[1], f"{path}[1]")
@@ -219,8 +222,7 @@ def _date_range(value: str | list[str]) -> RangeRequest:
         raise _bad(path, f"{value!r} is longer than {MAX_RANGE_DAYS} days, which is not supported")
     raise _bad(
         path,
-        f"{value!r} is not supported; use day, 7d, 28d, 30d, 91d, month, 6mo, 12mo, "
-        "year, or two dates [from, to]",
+        f"{value!r} is not supported; use {_RANGE_WORDS}",
     )
 
 

@@ -69,7 +69,9 @@ OPENAPI = OpenAPIConfig(
                 name=SESSION_COOKIE,
                 security_scheme_in="cookie",
                 description="the same JWT as a cookie (the dashboard page's sign-in); a POST "
-                "with it must declare Content-Type: application/json",
+                "with it must declare Content-Type: application/json. Not for this page's Try it "
+                "out: a browser does not let a page set a Cookie header, so the request goes "
+                "without it (401); authorize with `session` (the bearer token) here",
             ),
             "apiKey": SecurityScheme(type="apiKey", name="x-api-key", security_scheme_in="header"),
             "apiKeyQuery": SecurityScheme(type="apiKey", name="apiKey", security_scheme_in="query"),
@@ -204,6 +206,13 @@ def _export_content(operation: Operation) -> None:
         ok.content = {kind: OpenAPIMediaType(schema=sch) for kind, sch in _EXPORT_TYPES.items()}
 
 
+# The v2 query's date_range words: day, month, year, Nd (N 1-366) and Nmo (N 1-12).
+_V2_RANGE_WORDS = (
+    "^(day|month|year|([1-9][0-9]?|[12][0-9]{2}|3[0-5][0-9]|36[0-6])d|([1-9]|1[0-2])mo)$"
+)
+_ISO_DATE = "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
+
+
 def _v2_body_schema(components: dict[str, Any]) -> Any:
     """``POST /api/v2/query``'s body as JSON Schema (from msgspec: the same type that decodes
     it), its parts named ``V2...`` among the components, with the values the query takes."""
@@ -238,6 +247,27 @@ def _v2_body_schema(components: dict[str, Any]) -> Any:
         "items": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
     }
     props["order_by"]["description"] = '[[metric or dimension, "asc" or "desc"], ...]'
+    # What the server refuses, said where a schema can say it: a value given twice, a filter
+    # without values, a direction other than the two, a range the server does not read.
+    props["metrics"]["uniqueItems"] = True
+    props["dimensions"]["uniqueItems"] = True
+    props["filters"]["items"]["prefixItems"][2]["minItems"] = 1
+    props["order_by"]["anyOf"] = [
+        {
+            "type": "array",
+            "items": {
+                "type": "array",
+                "minItems": 2,
+                "maxItems": 2,
+                "prefixItems": [{"type": "string"}, {"type": "string", "enum": ["asc", "desc"]}],
+                "items": {"type": "string"},
+            },
+        },
+        {"type": "null"},
+    ]
+    text, dates = props["date_range"]["anyOf"]
+    text["pattern"] = _V2_RANGE_WORDS
+    dates.update(minItems=2, maxItems=2, items={"type": "string", "pattern": _ISO_DATE})
     for name, schema in parts.items():
         components[f"V2{name}"] = schema
     return body
