@@ -58,6 +58,7 @@ ASSETS = {
     # The interactive API docs (/api/schema, http/docs.py): Swagger UI's built files, from the
     # swagger-ui-py package's data.
     "docs.js": ("tally", "web/docs.js"),
+    "docs.css": ("tally", "web/docs.css"),
     "swagger-ui-bundle.js": ("swagger_ui", "static/swagger-ui-bundle.js"),
     "swagger-ui.css": ("swagger_ui", "static/swagger-ui.css"),
 }

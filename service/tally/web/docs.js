@@ -12,5 +12,10 @@ window.addEventListener('DOMContentLoaded', () => {
     layout: 'BaseLayout',
     docExpansion: 'list',
     defaultModelsExpandDepth: 0,
+    // Swagger UI's server list is a select without a name: a screen reader said only "combo box".
+    onComplete: () => {
+      const servers = document.getElementById('servers');
+      if (servers) servers.setAttribute('aria-label', 'Server');
+    },
   });
 });
