@@ -61,8 +61,9 @@ def test_a_segment_cut_at_every_byte_of_its_last_record_keeps_every_record_befor
             assert contents.body() == expected_body, cut
         finally:
             ingest.close()
-    # The whole segment keeps all three records.
+    # The whole segment keeps all three records; a torn tail is no damage: no copy kept.
     assert read_segment(_write(tmp_path / "whole.seg", whole)).events == 6
+    assert not (tmp_path / "log-damaged").exists()
 
 
 def _write(path: Path, data: bytes) -> Path:
@@ -93,6 +94,74 @@ def test_a_segment_cut_inside_its_header_is_removed_at_recovery(tmp_path):
     try:
         assert ingest.sealed() == []
         assert not list(slot.glob("*.seg"))
+    finally:
+        ingest.close()
+
+
+def test_a_torn_tail_of_zeros_is_cut_without_a_copy(tmp_path):
+    """A crash can leave the last record's blocks unwritten (zeros): a torn tail, no damage."""
+    header = header_record("z", COLUMNS, 5)
+    record = frame(ROWS, 6, 2, encode_rows(rows("z", 2)))
+    slot = tmp_path / "log" / "0"
+    slot.mkdir(parents=True)
+    path = slot / "000000000000-5.seg"
+    path.write_bytes(header + record + b"\0" * 4096)
+    ingest = new_log(tmp_path / "log")
+    ingest.open()
+    try:
+        assert [s.events for s in ingest.sealed()] == [2]
+        assert path.stat().st_size == len(header + record)
+        assert not (tmp_path / "log-damaged").exists()
+    finally:
+        ingest.close()
+
+
+def test_damage_before_the_last_record_is_kept_and_said_not_cut_as_a_torn_tail(tmp_path, caplog):
+    """A byte changed in a segment's middle record: recovery called it a torn tail, said the
+    records after it were never acknowledged, and cut them from the only copy."""
+    header = header_record("m", COLUMNS, 5)
+    records = [frame(ROWS, 6 + i, 1, encode_rows(rows(f"m{i}", 1))) for i in range(3)]
+    data = bytearray(header + b"".join(records))
+    data[len(header) + len(records[0]) + FRAME.size + 15] ^= 0xFF
+    slot = tmp_path / "log" / "0"
+    slot.mkdir(parents=True)
+    path = slot / "000000000000-5.seg"
+    path.write_bytes(bytes(data))
+    ingest = new_log(tmp_path / "log")
+    with caplog.at_level("WARNING", logger="tally.ingestlog"):
+        ingest.open()
+    try:
+        [segment] = ingest.sealed()
+        assert segment.events == 1  # the readable record before the damage loads
+        kept = tmp_path / "log-damaged" / f"0-{path.name}.damaged"
+        assert kept.read_bytes() == bytes(data)  # the whole file, for whoever can read more
+        good = len(header) + len(records[0])
+        assert f"is damaged at byte {good} of {len(data)}" in caplog.text
+        assert "may hold acknowledged events" in caplog.text
+        assert "never acknowledged" not in caplog.text
+    finally:
+        ingest.close()
+
+
+def test_a_segment_with_an_unreadable_header_and_records_after_it_is_kept(tmp_path, caplog):
+    """One byte of a header changed: the segment, 100 acknowledged events after it, was
+    deleted as if it had been cut while being created."""
+    header = header_record("h", COLUMNS, 5)
+    data = bytearray(header + frame(ROWS, 6, 100, encode_rows(rows("h", 100))))
+    data[FRAME.size + 20] ^= 0xFF
+    slot = tmp_path / "log" / "0"
+    slot.mkdir(parents=True)
+    path = slot / "000000000000-5.seg"
+    path.write_bytes(bytes(data))
+    ingest = new_log(tmp_path / "log")
+    with caplog.at_level("WARNING", logger="tally.ingestlog"):
+        ingest.open()
+    try:
+        assert ingest.sealed() == []
+        assert not path.exists()
+        kept = tmp_path / "log-damaged" / f"0-{path.name}.damaged"
+        assert kept.read_bytes() == bytes(data)
+        assert "its header cannot be read" in caplog.text and str(kept) in caplog.text
     finally:
         ingest.close()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from conftest import COLUMNS_BEFORE_005, auth, new_project, stored
 from tally.storage.client import Storage, parse_url
-from tally.storage.ingestlog import pending_since, write_segment
+from tally.storage.ingestlog import FRAME, RECORD, pending_since, read_segment, write_segment
 from tally.storage.writer import EVENT_COLUMNS
 
 
@@ -362,3 +363,125 @@ def test_a_segment_loaded_again_after_a_view_failed_gives_its_rollups_the_same_i
             got = client.get("/api/dashboard", params=params, headers=auth("alice"))
             assert got.status_code == 200, got.text
             assert got.json()["summary"]["totalEvents"] == 12, filters
+
+
+# --- a log damaged or removed on disk while the service runs ------------------------------------
+
+
+def _segment_files(client) -> list[Path]:
+    return sorted(Path(client.app.state.ingest.root).glob("*/*.seg"))
+
+
+def _seal(client) -> None:
+    client.blocking_portal.call(lambda: client.app.state.ingest.seal(force=True))
+
+
+def test_a_segment_damaged_on_disk_before_its_load_keeps_a_copy_and_says_so(
+    make_client, tmp_path, caplog
+):
+    """A byte changed in a sealed segment (a disk, a hand) during an outage: the loader loaded
+    the records before it, deleted the file and said nothing; the 20 acknowledged events after
+    it were gone without a trace. Now the whole file is kept and an error names it."""
+    fault = tmp_path / "fault"
+    with make_client(
+        fault_file=str(fault), log_seal_age_ms=3_600_000, load_retry_min_ms=10
+    ) as client:
+        client.wait_for_load = False
+        project_id, key = new_project(client)
+        fault.write_text("fail")
+        for i in range(3):  # three commits: three records of one segment
+            answer = client.post(
+                "/api/collect", json=batch(f"d{i}", 10), headers={"x-api-key": key}
+            )
+            assert answer.status_code == 202
+        _seal(client)
+        [path] = _segment_files(client)
+        original = path.read_bytes()
+        records = read_segment(path).records
+        assert [rows for _, rows, _ in records] == [10, 10, 10]
+        # One byte of the second record's rows changed: the first loads, the rest cannot.
+        data = bytearray(original)
+        data[len(original) - len(records[2][2]) - FRAME.size - RECORD.size - 40] ^= 0xFF
+        path.write_bytes(bytes(data))
+        with caplog.at_level("ERROR", logger="tally.ingestlog"):
+            fault.unlink()
+            until(lambda: backlog(client)["events"] == 0, "the segment to be taken")
+        assert count(client, project_id, "d0") == 10
+        assert count(client, project_id) == 10
+        kept = Path(client.app.state.ingest.root).parent / "log-damaged" / f"0-{path.name}.damaged"
+        assert kept.read_bytes() == bytes(data)
+        # the second record starts where the first ends: the damage is said from there
+        first_end = (
+            len(original)
+            - 2 * (FRAME.size + RECORD.size)
+            - sum(len(payload) for _, _, payload in records[1:])
+        )
+        assert f"is damaged at byte {first_end} of {len(original)}" in caplog.text
+        assert str(kept) in caplog.text and "may hold acknowledged events" in caplog.text
+
+
+def test_a_log_folder_deleted_while_in_use_refuses_then_goes_on_and_names_what_was_lost(
+    make_client, tmp_path, caplog
+):
+    """The log's folder removed by hand: events were fsynced into a file with no name and
+    answered 202 (lost), the loader retried the vanished file forever and held every later
+    segment back, and new segments could not be begun until the folder was made by hand."""
+    fault = tmp_path / "fault"
+    with make_client(
+        fault_file=str(fault), log_seal_age_ms=3_600_000, load_retry_min_ms=10
+    ) as client:
+        client.wait_for_load = False
+        project_id, key = new_project(client)
+        fault.write_text("fail")
+        first = client.post("/api/collect", json=batch("before", 5), headers={"x-api-key": key})
+        assert first.status_code == 202
+        [path] = _segment_files(client)
+        shutil.rmtree(path.parent)
+        with caplog.at_level("ERROR"):
+            # Its segment's file has no name left: refused, nothing of it acknowledged.
+            refused = client.post("/api/collect", json=batch("gone", 5), headers={"x-api-key": key})
+            assert refused.status_code == 503
+            # The next begins a segment in the folder made again.
+            after = client.post("/api/collect", json=batch("after", 5), headers={"x-api-key": key})
+            assert after.status_code == 202
+            assert path.parent.is_dir()
+            _seal(client)
+            fault.unlink()
+            until(lambda: count(client, project_id, "after") == 5, "the later segment")
+            until(lambda: backlog(client)["segments"] == 0, "the vanished segment dropped")
+        assert count(client, project_id) == 5
+        assert "was deleted while in use" in caplog.text
+        assert "is gone from disk before it was loaded: its 5 acknowledged events" in caplog.text
+
+
+def test_a_segment_whose_deletion_fails_is_not_stored_again(make_client):
+    """A segment stored, then its file could not be deleted (a read-only folder): every retry
+    INSERTed it again (deduplicated, but counted each time in health's counters)."""
+    with make_client(load_retry_min_ms=10) as client:
+        client.wait_for_load = False
+        project_id, key = new_project(client)
+        ingest, loader = client.app.state.ingest, client.app.state.loader
+        refused: list[Path] = []
+        delete = ingest.delete_file
+
+        def read_only_once(segment) -> None:  # the folder read-only for one attempt
+            if not refused:
+                refused.append(segment.path)
+                raise OSError(30, "Read-only file system")
+            delete(segment)
+
+        ingest.delete_file = read_only_once
+        insert = loader._insert
+        inserted: list[str] = []
+        loader._insert = lambda columns, body, token: (
+            inserted.append(token),
+            insert(columns, body, token),
+        )[1]
+        inserts, loaded = loader.inserts, loader.loaded_events
+        answer = client.post("/api/collect", json=batch("ro", 7), headers={"x-api-key": key})
+        assert answer.status_code == 202
+        until(lambda: refused and backlog(client)["segments"] == 0, "the retried deletion")
+        assert not refused[0].exists()
+        assert count(client, project_id) == 7
+        assert len(inserted) == 1  # the retry deleted it, and stored nothing again
+        assert loader.inserts - inserts == 1 and loader.loaded_events - loaded == 7

@@ -30,6 +30,15 @@ Crashes. A process killed mid-append leaves a torn last record: at recovery the 
 is short, oversized or fails its checksum ends the segment, the file is cut there and every
 complete record before it is kept. A failed write or fsync (a full or broken disk) is undone
 (truncated back to the last complete record) and refused: nothing of it is acknowledged.
+
+Damage. A crash tears only the last record: the bad frame runs to the end of the file (or what
+follows it is zeros, a filesystem's unwritten blocks). Anything else, a bad frame with bytes
+after it or a segment whose header is unreadable but which holds more, is damage (a disk, or a
+hand): the records after it may have been acknowledged. Such a file is never cut or deleted
+unseen: a copy is kept under ``<data_dir>/log-damaged/`` and an error says how many bytes could
+not be read; what is readable before the damage loads. A segment whose file vanished (its
+folder deleted) is dropped with an error naming its events; a commit whose file has no name left
+is refused, and the slot's folder is made again for the next one.
 """
 
 from __future__ import annotations
@@ -123,6 +132,9 @@ class SegmentContents:
     records: list[tuple[int, int, bytes]]  # (ack ms, rows, payload)
     good: int  # bytes of complete records (the header included)
     size: int  # bytes in the file
+    # Bytes after ``good`` that are not a torn tail: records after the unreadable one may have
+    # been acknowledged (see Damage, above).
+    damaged: bool = False
 
     @property
     def events(self) -> int:
@@ -163,7 +175,21 @@ def read_segment(path: Path) -> SegmentContents:
             break
         offset = end
         contents.good = end
+    contents.damaged = _damaged(data, contents.good)
     return contents
+
+
+def _damaged(data: bytes, offset: int) -> bool:
+    """Whether what follows the last complete record at ``offset`` is more than a torn tail: a
+    crash tears the last record only, so its frame runs to the end of the file, or the rest is
+    zeros (blocks the filesystem had not written)."""
+    rest = memoryview(data)[offset:]
+    if len(rest) < FRAME.size or not bytes(rest).strip(b"\0"):
+        return False
+    length, _ = FRAME.unpack_from(data, offset)
+    if RECORD.size <= length <= MAX_RECORD:
+        return offset + FRAME.size + length < len(data)
+    return True  # a length no record has, with data after it
 
 
 def write_segment(
@@ -219,6 +245,8 @@ class Segment:
     # When it was begun on the monotonic clock (for a recovered segment: from its stamp).
     created_mono: float = 0.0
     fd: int = -1
+    # Stored in ClickHouse (the loader's INSERT succeeded); only the file's deletion is left.
+    loaded: bool = False
 
 
 @dataclass
@@ -294,17 +322,30 @@ def _recover(
     for seq, created_ms, path in sorted(found):
         contents = read_segment(path)
         if contents.segment_id is None:
+            if contents.damaged:
+                kept = keep_damaged(path, move=True)
+                log.error(
+                    "segment %s is damaged: its header cannot be read, so none of its %d bytes "
+                    "can be loaded; they may hold acknowledged events. The file is kept as %s",
+                    path,
+                    contents.size,
+                    kept,
+                )
+                continue
             log.warning("removing %s: no complete header (cut while being created)", path)
             path.unlink()
             continue
         if contents.good < contents.size:
-            log.warning(
-                "cutting the torn tail of %s at byte %d of %d (a crash mid-append; the cut "
-                "records were never acknowledged)",
-                path,
-                contents.good,
-                contents.size,
-            )
+            if contents.damaged:
+                say_damaged(path, contents, keep_damaged(path))
+            else:
+                log.warning(
+                    "cutting the torn tail of %s at byte %d of %d (a crash mid-append; the cut "
+                    "records were never acknowledged)",
+                    path,
+                    contents.good,
+                    contents.size,
+                )
             with open(path, "r+b") as fh:
                 fh.truncate(contents.good)
                 os.fsync(fh.fileno())
@@ -317,6 +358,38 @@ def _recover(
         # Its age so far by the wall clock (all there is), then by the monotonic clock.
         segment.created_mono = monotonic() - max(0.0, (wall_ms() - segment.created_ms) / 1000)
         slot.segments.append(segment)
+
+
+def keep_damaged(path: Path, move: bool = False) -> Path:
+    """Keep a damaged segment file under ``<data_dir>/log-damaged/`` (beside the log's root, so
+    that no slot scan takes it), as ``<slot>-<name>.damaged``: copied (the readable part of the
+    original loads) or moved (nothing of it can)."""
+    folder = path.parent.parent.parent / "log-damaged"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    kept = folder / f"{path.parent.name}-{path.name}.damaged"
+    if move:
+        os.replace(path, kept)
+    else:
+        kept.write_bytes(path.read_bytes())
+    with contextlib.suppress(OSError):
+        with open(kept, "rb") as fh:
+            os.fsync(fh.fileno())
+        _fsync_dir(folder)
+    return kept
+
+
+def say_damaged(path: Path, contents: SegmentContents, kept: Path) -> None:
+    log.error(
+        "segment %s is damaged at byte %d of %d: its %d readable events load, but the %d bytes "
+        "after that point cannot be read and may hold acknowledged events, which are not "
+        "loaded. The whole file is kept as %s",
+        path,
+        contents.good,
+        contents.size,
+        contents.events,
+        contents.size - contents.good,
+        kept,
+    )
 
 
 class IngestLog:
@@ -542,6 +615,9 @@ class IngestLog:
                 if written >= half and written - n < half:
                     self._pause("mid_append", True)
             os.fsync(segment.fd)
+            if os.fstat(segment.fd).st_nlink == 0:
+                # Its folder (or the file) was deleted: fsynced, but to a file nobody can read.
+                raise OSError(errno.ENOENT, f"{segment.path} was deleted while in use")
             # The clock set back since the segment was begun: its name must not claim these
             # rows were acknowledged after a time they were acknowledged before.
             earliest = min(ack_ms, self.wall_ms())
@@ -569,6 +645,8 @@ class IngestLog:
         assert self.slot is not None
         created_ms = self.wall_ms()
         seq = self._next_seq
+        if not self.slot.path.is_dir():
+            self._reclaim(self.slot)
         path = self.slot.path / f"{seq:012d}-{created_ms}.seg"
         header = header_record(uuid.uuid4().hex, self.columns, created_ms)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
@@ -587,6 +665,17 @@ class IngestLog:
         self.slot.segments.append(segment)
         self._active = segment
         return segment
+
+    @staticmethod
+    def _reclaim(slot: Slot) -> None:
+        """Make a slot's folder again after it was deleted under this process, with a new lock
+        file, locked (the old lock was on a file no other process can open)."""
+        log.error("ingest log: %s was deleted while in use; making it again", slot.path)
+        again = _try_claim(slot.path)
+        if again is None:
+            raise OSError(errno.EBUSY, f"{slot.path} was deleted and another process took it")
+        slot.release()
+        slot.lock_fd = again.lock_fd
 
     def _seal_active(self) -> None:
         segment = self._active

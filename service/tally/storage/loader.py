@@ -21,7 +21,16 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .ingestlog import IngestLog, Pause, Segment, _no_pause, pending_segments, read_segment
+from .ingestlog import (
+    IngestLog,
+    Pause,
+    Segment,
+    _no_pause,
+    keep_damaged,
+    pending_segments,
+    read_segment,
+    say_damaged,
+)
 
 __all__ = ["Loader", "SegmentInsert"]
 
@@ -179,9 +188,34 @@ class Loader:
         self.log.forget(segment)
 
     def _load_blocking(self, segment: Segment) -> None:
-        contents = read_segment(segment.path)
+        if segment.loaded:  # stored; only its deletion failed (a read-only folder): retry that
+            self.log.delete_file(segment)
+            return
+        try:
+            contents = read_segment(segment.path)
+        except FileNotFoundError:
+            # Deleted by something other than Tally (its folder removed by hand): nothing to
+            # load, and retrying would stop every segment after it.
+            log.error(
+                "segment %s is gone from disk before it was loaded: its %d acknowledged "
+                "events are lost",
+                segment.path,
+                segment.events,
+            )
+            return
         if contents.segment_id is None:
-            raise OSError(f"{segment.path} lost its header")
+            kept = keep_damaged(segment.path, move=True)
+            log.error(
+                "segment %s lost its header on disk: its %d acknowledged events cannot be "
+                "loaded. The file is kept as %s",
+                segment.path,
+                segment.events,
+                kept,
+            )
+            return
+        if contents.good < contents.size:
+            # A sealed segment holds complete records only: this one was damaged on disk.
+            say_damaged(segment.path, contents, keep_damaged(segment.path))
         events = contents.events
         if events:
             self._pause("before_load", True)
@@ -191,5 +225,6 @@ class Loader:
             self._pause("after_insert", True)
             self.inserts += 1
             self.loaded_events += events
+        segment.loaded = True
         self.log.delete_file(segment)
         log.debug("loaded %s: %d events", Path(segment.path).name, events)
