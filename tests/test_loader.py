@@ -402,11 +402,14 @@ def test_a_segment_damaged_on_disk_before_its_load_keeps_a_copy_and_says_so(
         # One byte of the second record's rows changed: the first loads, the rest cannot.
         data = bytearray(original)
         data[len(original) - len(records[2][2]) - FRAME.size - RECORD.size - 40] ^= 0xFF
-        path.write_bytes(bytes(data))
+        # Replaced whole, at once: the retrying loader never reads a file half written.
+        changed = path.with_name("changed")
+        changed.write_bytes(bytes(data))
+        changed.replace(path)
         with caplog.at_level("ERROR", logger="tally.ingestlog"):
             fault.unlink()
             until(lambda: backlog(client)["events"] == 0, "the segment to be taken")
-        assert count(client, project_id, "d0") == 10
+        until(lambda: count(client, project_id, "d0") == 10, "the readable record stored")
         assert count(client, project_id) == 10
         kept = Path(client.app.state.ingest.root).parent / "log-damaged" / f"0-{path.name}.damaged"
         assert kept.read_bytes() == bytes(data)
