@@ -297,7 +297,8 @@ def test_missing_key_id_on_revoke(client):
                 "include": {"time labels": True},
             },
             '$.include["time labels"]',
-            "is not supported",
+            "is not an include option (Plausible's: imports, imports_meta, time_labels, "
+            "total_rows, comparisons)",
         ),
         # "must have at least 1 items" before: the items named, in the right number
         (

@@ -538,6 +538,13 @@ V2_ERRORS = [
     (body(pagination={"offset": -1}), "$.pagination.offset", "Expected `int` >= 0"),
     (body(pagination={"page": 2}), "$.pagination.page", "is not supported"),
     (body(include={"imports": True}), "$.include.imports", "is not supported"),
+    # 0 is not false; a misspelt option is refused even when false (it passed before)
+    (body(include={"imports": 0}), "$.include.imports", "is not supported"),
+    (
+        body(include={"totl_rows": False}),
+        "$.include.totl_rows",
+        "is not an include option (Plausible's: imports, imports_meta, time_labels, total_rows, ",
+    ),
     (body(date="2026-01-01"), "$.date", "is not supported"),
 ]
 

@@ -185,6 +185,9 @@ _SHORTHAND = re.compile(r"([1-9][0-9]{0,3})(d|mo)")
 _DATE_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]")
 
 
+# Plausible's include options; none is supported, each may be sent false (or null).
+INCLUDE_OPTIONS = ("imports", "imports_meta", "time_labels", "total_rows", "comparisons")
+
 # Every form date_range takes, in words (any N in its bounds, not only the common ones).
 _RANGE_WORDS = (
     "day, Nd (N from 1 to 366, as 7d or 30d), month, Nmo (N from 1 to 12, as 6mo), year, "
@@ -300,7 +303,12 @@ def validate_query(body: QueryBody) -> V2Query:
     order = _complete_order(order, metrics, dimensions)
 
     for key, value in (body.include or {}).items():
-        if value not in (False, None):
+        if key not in INCLUDE_OPTIONS:  # a misspelt option is refused, whatever its value
+            raise _bad(
+                "$.include" + member(key),
+                f"is not an include option (Plausible's: {', '.join(INCLUDE_OPTIONS)})",
+            )
+        if value is not False and value is not None:  # 0 is no "false"
             raise _bad("$.include" + member(key), "is not supported")
 
     pagination = body.pagination or Pagination()
