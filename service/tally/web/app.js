@@ -359,6 +359,21 @@
   // control with that id, or, when there is none, to the view's heading.
   let focusAfter = null;
   let said = ''; // a message for the next view (a deletion's outcome)
+  let settingsSaved = false; // the next view follows a save of the settings (said by the one render)
+
+  // What an action did, said to screen readers: one live region for the page, outside <main>, so
+  // it is there before its words change (a region built with its words is often not read) and
+  // no rebuilt view takes it away. A new view clears it: its words were about the last one.
+  const announcer = h('div', { id: 'announcer', class: 'sr-only', role: 'status' });
+  document.body.append(announcer);
+  let announceTimer = 0;
+
+  function announce(text) {
+    clearTimeout(announceTimer);
+    announcer.textContent = '';
+    // set a moment after it is emptied: the same words again would not be read again
+    announceTimer = setTimeout(() => (announcer.textContent = text), 100);
+  }
 
   function keepFocus(id) {
     const active = document.activeElement;
@@ -402,12 +417,16 @@
     reads = new AbortController();
     for (const fn of cleanups) fn();
     cleanups = [];
+    clearTimeout(announceTimer);
+    announcer.textContent = '';
+    const justSaved = settingsSaved;
+    settingsSaved = false;
     const value = token.get();
     signOutButton.hidden = !value;
     who.textContent = value && subject(value) ? `Signed in as ${subject(value)}` : '';
     if (!value) return signInView(message, kind);
     const r = route();
-    return r.project ? projectView(r, generation) : projectsView(generation);
+    return r.project ? projectView(r, generation, justSaved) : projectsView(generation);
   }
 
   function show(...nodes) {
@@ -416,6 +435,7 @@
 
   function signInView(message, kind) {
     document.title = 'Sign in · Tally';
+    focusAfter = null; // the focus goes to the token field, below
     const input = h('textarea', {
       id: 'token-input',
       name: 'token',
@@ -435,6 +455,7 @@
           const value = input.value.trim().replace(/^Bearer\s+/i, '');
           if (!value) return;
           token.set(value);
+          keepFocus(); // the form is gone with the sign-in view: the focus goes to the new view's heading
           render();
         },
       },
@@ -540,7 +561,7 @@
           try {
             const made = await api('POST', '/api/projects', { name: name.value.trim(), timezone: zone.value });
             name.value = '';
-            created.replaceChildren(reveal(made.apiKey, 'Project created', made.projectId));
+            reveal(created, made.apiKey, 'Project created', made.projectId);
             await fill();
           } catch (err) {
             showError(created, err);
@@ -602,28 +623,35 @@
     }
   }
 
-  function copyField(label, value, multiline, testid) {
-    const field = multiline
-      ? h('textarea', { class: 'mono', rows: 3, readonly: true, value, 'aria-label': label, 'data-testid': testid })
-      : h('input', { class: 'mono', readonly: true, value, 'aria-label': label, 'data-testid': testid });
+  // name: what the Copy button copies, in its accessible name ("Copy API key"): two buttons both
+  // called "Copy" cannot be told apart in a screen reader's list of buttons. Said by a hidden
+  // part of its text, not aria-label, so that the button is no second "label" of its field.
+  function copyField(label, name, value, multiline, testid, describedBy) {
+    const props = { class: 'mono', readonly: true, value, 'aria-label': label, 'aria-describedby': describedBy, 'data-testid': testid };
+    const field = multiline ? h('textarea', { ...props, rows: 3 }) : h('input', props);
     const status = h('span', { class: 'muted copy-status', role: 'status' });
-    const button = h('button', { type: 'button', text: 'Copy', 'data-copy': testid, onclick: () => copy(field, value, status) });
+    const button = h('button', { type: 'button', 'data-copy': testid, onclick: () => copy(field, value, status) }, 'Copy', h('span', { class: 'sr-only', text: ` ${name}` }));
     return h('div', { class: 'copy' }, h('span', { class: 'copy-label', text: label }), h('div', { class: 'copy-row' }, field, button), status);
   }
 
-  function reveal(key, title, projectId) {
-    return h(
+  // The new key, shown once. Put in `where`, said, and focused: a keyboard or screen-reader user
+  // would otherwise not know it is there, below the form, and might leave the page without it.
+  function reveal(where, key, title, projectId) {
+    const card = h(
       'div',
-      { class: 'card reveal', 'data-testid': 'new-key' },
-      h('h3', { text: title }),
-      h('p', { text: 'This API key is shown only now: Tally keeps only a hash of it. Copy it, or the ready-made snippet, before leaving this page.' }),
-      copyField('API key', key, false, 'api-key'),
-      copyField('Snippet: paste it into every page of your site, in the <head>', snippet(key), true, 'snippet'),
+      { class: 'card reveal', 'data-testid': 'new-key', role: 'region', 'aria-labelledby': 'new-key-title' },
+      h('h3', { id: 'new-key-title', text: title }),
+      h('p', { id: 'new-key-note', text: 'This API key is shown only now: Tally keeps only a hash of it. Copy it, or the ready-made snippet, before leaving this page.' }),
+      copyField('API key', 'API key', key, false, 'api-key', 'new-key-note'),
+      copyField('Snippet: paste it into every page of your site, in the <head>', 'snippet', snippet(key), true, 'snippet'),
       projectId ? h('p', {}, link('Open its dashboard →', { project: projectId })) : null
     );
+    where.replaceChildren(card);
+    announce(`${title}: copy its API key now, it is shown only once.`);
+    card.querySelector('[data-testid=api-key]').focus();
   }
 
-  async function projectView(r, gen) {
+  async function projectView(r, gen, justSaved) {
     const body = h('div', { 'aria-busy': 'true' }, h('p', { class: 'muted', text: 'Loading…' }));
     show(h('section', {}, crumbs(link('Projects', {})), body));
     let project;
@@ -638,7 +666,18 @@
     }
     if (gen !== generation) return;
     if (!project) {
-      body.replaceChildren(notice('Project not found: it does not exist, or it belongs to another account.', 'error', h('p', {}, link('Back to your projects', {}))));
+      // a view of its own, named as the others are (a heading, and the tab's title)
+      document.title = 'Project not found · Tally';
+      show(
+        h(
+          'section',
+          {},
+          crumbs(link('Projects', {})),
+          h('h1', { text: 'Project not found' }),
+          notice('It does not exist, or it belongs to another account.', 'error', h('p', {}, link('Back to your projects', {})))
+        )
+      );
+      settleFocus();
       return;
     }
     const tab = (name, label) =>
@@ -665,15 +704,17 @@
       )
     );
     if (r.tab === 'keys') await keysView(project, content, gen);
-    else if (r.tab === 'settings') settingsView(project, content);
+    else if (r.tab === 'settings') settingsView(project, content, justSaved);
     else await dashboardView(project, r, content, gen);
     if (gen === generation) settleFocus();
   }
 
   // --- project settings -----------------------------------------------------------------------------
 
-  function settingsView(project, where) {
-    const status = h('div', { id: 'settings-status' });
+  // justSaved: the view follows a save of the settings, which it shows for the eyes (announce()
+  // says it to screen readers, so this notice has no live role of its own)
+  function settingsView(project, where, justSaved) {
+    const status = h('div', { id: 'settings-status' }, justSaved ? h('div', { class: 'notice info' }, h('p', { text: 'Settings saved.' })) : null);
     const name = h('input', { id: 'settings-name', name: 'name', required: true, value: project.name, autocomplete: 'off' });
     characters(name, 60);
     const zone = zoneSelect('settings-zone', project.timezone);
@@ -695,7 +736,9 @@
           try {
             await api('PATCH', '/api/projects', body);
             keepFocus('settings-save');
+            settingsSaved = true;
             render(); // the title and the zone line show the new values
+            announce('Settings saved.');
           } catch (err) {
             showError(status, err);
             save.disabled = false;
@@ -741,6 +784,7 @@
   // --- keys -----------------------------------------------------------------------------------------
 
   async function keysView(project, where, gen) {
+    const heading = h('h2', { id: 'keys-title', text: 'API keys' });
     const table = h('div', { id: 'keys' }, h('p', { class: 'muted', text: 'Loading keys…' }));
     const created = h('div', {});
     const label = h('input', { id: 'key-label', name: 'label', placeholder: 'Label, e.g. Staging', autocomplete: 'off' });
@@ -759,7 +803,7 @@
           try {
             const made = await api('POST', '/api/projects/keys', body);
             label.value = '';
-            created.replaceChildren(reveal(made.apiKey, 'Key added'));
+            reveal(created, made.apiKey, 'Key added');
             await fill();
           } catch (err) {
             showError(created, err);
@@ -775,32 +819,47 @@
 
     function revokeButton(key) {
       let armed = false;
+      // named with its key: a list of buttons all called "Revoke" does not say which key goes
+      const name = key.label || key.keyPreview;
+      const arm = (on) => {
+        armed = on;
+        button.textContent = on ? 'Confirm revoke' : 'Revoke';
+        button.setAttribute('aria-label', on ? `Confirm revoke of key ${name}` : `Revoke key ${name}`);
+      };
       const button = h('button', {
         type: 'button',
         class: 'danger',
         text: 'Revoke',
+        'aria-label': `Revoke key ${name}`,
         'data-revoke': key.id,
         onclick: async () => {
-          if (!armed) {
-            armed = true;
-            button.textContent = 'Confirm revoke';
-            return;
-          }
+          if (!armed) return arm(true);
           button.disabled = true;
           try {
             await api('DELETE', `/api/projects/keys?projectId=${project.id}&keyId=${key.id}`);
+            announce(`Key “${name}” revoked.`);
             await fill();
+            // its row (and the focused button) is gone: the focus goes to the table's heading,
+            // not to the top of the page
+            if (gen === generation) {
+              heading.tabIndex = -1;
+              heading.focus();
+            }
           } catch (err) {
             showError(created, err);
             button.disabled = false;
           }
         },
       });
-      // Armed until the focus leaves it (no timer: a screen-reader user takes the time they need).
+      // Armed until the focus leaves it, or Escape (no timer: a screen-reader user takes the time
+      // they need).
       button.addEventListener('blur', () => {
-        if (armed && !button.disabled) {
-          armed = false;
-          button.textContent = 'Revoke';
+        if (armed && !button.disabled) arm(false);
+      });
+      button.addEventListener('keydown', (e) => {
+        if (e.key === 'Escape' && armed && !button.disabled) {
+          e.preventDefault();
+          arm(false);
         }
       });
       return button;
@@ -821,7 +880,7 @@
             h(
               'table',
               {},
-              h('thead', {}, h('tr', {}, ['Label', 'Key', 'Created', 'Last used', ''].map((t) => h('th', { text: t })))),
+              h('thead', {}, h('tr', {}, ['Label', 'Key', 'Created', 'Last used'].map((t) => h('th', { text: t })), h('th', {}, h('span', { class: 'sr-only', text: 'Actions' })))),
               h(
                 'tbody',
                 {},
@@ -829,7 +888,8 @@
                   h(
                     'tr',
                     { 'data-key': k.id },
-                    h('td', { text: k.label }),
+                    // the label names the row: a screen reader says it with each cell of the row
+                    h('th', { scope: 'row', dir: 'auto', text: k.label }),
                     h('td', { class: 'mono', text: k.keyPreview }),
                     h('td', { text: when(k.createdAt) }),
                     h('td', { text: when(k.lastUsedAt) }),
@@ -846,7 +906,7 @@
     }
 
     where.replaceChildren(
-      h('h2', { text: 'API keys' }),
+      heading,
       h('p', { class: 'muted', text: 'A revoked key stops working within seconds. Keys are shown in full only when created.' }),
       table,
       h('h2', { text: 'Add a key' }),
