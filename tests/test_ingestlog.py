@@ -289,12 +289,14 @@ def test_a_full_disk_refuses_the_commit_and_leaves_the_log_intact(tmp_path):
             os.close(full)
             with pytest.raises(StorageUnavailable):
                 await ingest.append(rows("refused", 2))
+            assert ingest.refused == 2 and ingest.write_error  # health says so until a commit
             os.close(saved)
             # The segment is sealed as it was; the next commit starts a new one.
             await ingest.append(rows("after", 2))
             await ingest.stop()
 
         asyncio.run(run())
+        assert ingest.write_error is None  # the next commit succeeded
         bodies = b"".join(read_segment(s.path).body() for s in ingest.sealed())
         got = sorted(r[0] for r in _decode(bodies))
         assert got == ["after", "after", "before", "before"]
@@ -313,6 +315,30 @@ def test_an_unwritable_log_directory_acknowledges_nothing(tmp_path):
 
     asyncio.run(run())
     assert ingest.acknowledged == 0
+
+
+def test_refusals_are_counted_and_said_once_per_interval_not_once_per_commit(tmp_path, caplog):
+    """A full disk under load failed hundreds of commits a second, each an ERROR line written to
+    the operator's log (which may be on that same disk)."""
+    clock = [1000.0]
+    ingest = new_log(Path("/proc/self/tally-log"), monotonic=lambda: clock[0])
+
+    async def run() -> None:
+        ingest.start()
+        for step in range(30):
+            if step == 20:
+                clock[0] += 11  # past the interval: said again, with what was not said
+            with pytest.raises(StorageUnavailable):
+                await ingest.append(rows(f"x{step}", 3))
+        await ingest.stop()
+
+    with caplog.at_level("ERROR", logger="tally.ingestlog"):
+        asyncio.run(run())
+    said = [r.getMessage() for r in caplog.records if "cannot write" in r.getMessage()]
+    assert len(said) == 2, said
+    assert said[1].endswith("(57 more events refused since the last such line)"), said[1]
+    assert ingest.refused == 90 and ingest.acknowledged == 0
+    assert ingest.write_error is not None
 
 
 def test_each_process_claims_its_own_slot_and_a_free_slot_is_claimed_again(tmp_path):

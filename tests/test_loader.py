@@ -161,8 +161,14 @@ def test_an_unwritable_data_directory_answers_503_and_acknowledges_nothing(make_
         assert "storage unavailable on" not in caplog.text
         assert client.app.state.ingest.acknowledged == 0
         assert count(client, project_id) == 0
-        # Reads still work.
-        assert client.get("/api/health").status_code == 200
+        # Reads still work; the health check says the log refuses (it answered 200, its
+        # backlog all zeros, while every event was refused).
+        dashboard = client.get(f"/api/dashboard?projectId={project_id}", headers=auth("alice"))
+        assert dashboard.status_code == 200, dashboard.text
+        health = client.get("/api/health")
+        assert health.status_code == 503 and health.json() == {"error": "Storage unavailable"}
+        live = client.get("/api/health/live").json()
+        assert live["status"] == "ok" and live["backlog"]["refusedEvents"] == 6
 
 
 def test_a_segment_written_before_a_schema_change_loads_after_it(make_client, tmp_path):

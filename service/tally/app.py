@@ -190,6 +190,7 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
         except Exception as exc:
             # Serve anyway (dashboards work): collect answers 503 until the log can be written.
             log.error("ingest log under %s is not writable: %s", settings.log_path, exc)
+            ingest.write_error = str(exc)  # /api/health answers 503 until a commit succeeds
         loader = Loader(
             ingest,
             segment_inserter(storage, settings.fault_file),

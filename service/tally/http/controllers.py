@@ -19,6 +19,7 @@ from ..domain.ids import OBJECT_ID_PATTERN, iso, key_preview
 from ..domain.projects import DEFAULT_TIMEZONE
 from ..storage import dashboard as dashboard_queries
 from ..storage.client import StorageUnavailable, together
+from ..storage.ingestlog import LogRefused
 from ..storage.projects import UNTITLED_LABEL, ProjectStore
 from . import compare
 from . import schemas as s
@@ -359,6 +360,7 @@ def ingest_backlog(state: State) -> s.IngestBacklog:
         inserts=loader.inserts,
         loaded_events=loader.loaded_events,
         failed_loads=loader.failures,
+        refused_events=state.ingest.refused,
     )
 
 
@@ -368,10 +370,14 @@ def ingest_backlog(state: State) -> s.IngestBacklog:
     # balancers probe with HEAD; the server leaves the body out).
     http_method=[HttpMethod.GET, HttpMethod.HEAD],
     tags=["health"],
-    summary="200 once Tally can reach its storage",
+    summary="200 once Tally can reach its storage (503 while it cannot, or while this worker's "
+    "ingest log cannot be written)",
     responses=error_responses(503),
 )
 async def health(state: State) -> s.Health:
+    if state.ingest.write_error is not None:
+        # Collect answers 503 now, whatever ClickHouse says: so does the health check.
+        raise LogRefused(f"the ingest log cannot be written: {state.ingest.write_error}")
     await state.storage.aquery("SELECT 1")
     return s.Health(
         status="ok",

@@ -170,6 +170,9 @@ class IngestBacklog(Struct, rename="camel"):
     inserts: int  # INSERTs made by the loader since start
     loaded_events: int
     failed_loads: int
+    # Since start: events the log refused (answered 503: its disk full or unwritable, its cap,
+    # its commit queue full, or the worker stopping).
+    refused_events: int
 
 
 class ReportLane(Struct, rename="camel"):

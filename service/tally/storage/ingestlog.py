@@ -90,6 +90,8 @@ SEGMENT_NAME = re.compile(r"^(\d{12})-(\d+)\.seg$")
 MAX_SLOTS = 4096
 # Bytes of rows waiting for the commit in progress (memory, not disk): beyond, collect sheds load.
 MAX_PENDING_BYTES = 256 << 20
+# At most one "cannot write" line per this many seconds, with the count of the others.
+REFUSAL_LOG_EVERY = 10.0
 
 encode_rows = msgspec.json.Encoder().encode_lines
 _json = msgspec.json.Encoder()
@@ -440,6 +442,14 @@ class IngestLog:
         # Counters for the health endpoint and tests.
         self.commits = 0
         self.acknowledged = 0
+        self.refused = 0  # events refused since start (disk, cap, queue), answered 503
+        # Why the last commit failed, until one succeeds: the log cannot be written now.
+        self.write_error: str | None = None
+        self._at_cap = False
+        # Refusals are said at most every REFUSAL_LOG_EVERY seconds (a full disk under load
+        # failed hundreds of commits a second, each an ERROR line, onto that same disk).
+        self._refusal_logged_at: float | None = None
+        self._refused_unsaid = 0
 
     # --- slots ---------------------------------------------------------------------------
     def open(self) -> None:
@@ -526,12 +536,25 @@ class IngestLog:
         if self.noop:
             return
         if self._closing or self._task is None:
+            self.refused += len(rows)
             raise LogRefused("the ingest log is closed")
         payload = encode_rows(rows)
         size = FRAME.size + RECORD.size + len(payload)
         if self.stored_bytes + self._pending_bytes + size > self.cap_bytes:
+            self.refused += len(rows)
+            if not self._at_cap:
+                self._at_cap = True
+                log.warning(
+                    "ingest log: at its disk cap (%.0f MB) while ClickHouse has not taken the "
+                    "backlog; collect answers 503 until it does",
+                    self.cap_bytes / (1 << 20),
+                )
             raise LogFull("the ingest log is at its disk cap")
+        if self._at_cap:
+            self._at_cap = False
+            log.info("ingest log: below its disk cap again; collect acknowledges again")
         if self._pending_bytes + size > MAX_PENDING_BYTES:
+            self.refused += len(rows)
             raise LogRefused("the ingest log's commit queue is full")
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.append(payload)
@@ -580,11 +603,16 @@ class IngestLog:
             if error is None:
                 self.commits += 1
                 self.acknowledged += rows
+                if self.write_error is not None:
+                    self.write_error = None
+                    log.info("ingest log: writing again")
                 for waiter in waiters:
                     if not waiter.done():
                         waiter.set_result(None)
             else:
-                log.error("ingest log: cannot write %d events: %s", rows, error)
+                self.refused += rows
+                self.write_error = str(error)
+                self._say_refusal(rows, error)
                 unavailable = (
                     error
                     if isinstance(error, StorageUnavailable)
@@ -595,6 +623,21 @@ class IngestLog:
                         waiter.set_exception(unavailable)
             if self._waiters or self._closing:
                 self._wake.set()
+
+    def _say_refusal(self, rows: int, error: BaseException) -> None:
+        now = self.monotonic()
+        last = self._refusal_logged_at
+        if last is not None and now - last < REFUSAL_LOG_EVERY:
+            self._refused_unsaid += rows
+            return
+        more = self._refused_unsaid
+        self._refusal_logged_at, self._refused_unsaid = now, 0
+        log.error(
+            "ingest log: cannot write %d events: %s%s",
+            rows,
+            error,
+            f" ({more} more events refused since the last such line)" if more else "",
+        )
 
     def _commit(self, payloads: list[bytes], rows: int) -> None:
         """One write and one fsync for a whole group (in a thread, under the lock)."""
