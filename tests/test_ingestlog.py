@@ -290,6 +290,8 @@ def test_a_full_disk_refuses_the_commit_and_leaves_the_log_intact(tmp_path):
             with pytest.raises(StorageUnavailable):
                 await ingest.append(rows("refused", 2))
             assert ingest.refused == 2 and ingest.write_error  # health says so until a commit
+            ingest.recheck()  # the folder takes writes: the health check sees it, unasked
+            assert ingest.write_error is None and not list(ingest.slot.path.glob(".probe"))
             os.close(saved)
             # The segment is sealed as it was; the next commit starts a new one.
             await ingest.append(rows("after", 2))

@@ -624,6 +624,28 @@ class IngestLog:
             if self._waiters or self._closing:
                 self._wake.set()
 
+    def recheck(self) -> None:
+        """After a failed commit, and none since: whether the slot's disk takes a write again
+        (a small file written, fsynced and deleted), so that a quiet site's health check does not
+        stay failed until its next event. Blocking: run in a thread."""
+        if self.write_error is None or self.slot is None:
+            return
+        probe = self.slot.path / ".probe"
+        try:
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                if os.write(fd, b"\0" * 4096) != 4096:
+                    raise OSError(errno.ENOSPC, "short write")
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+                with contextlib.suppress(OSError):
+                    probe.unlink()
+        except OSError as exc:
+            self.write_error = str(exc)
+            return
+        self.write_error = None
+
     def _say_refusal(self, rows: int, error: BaseException) -> None:
         now = self.monotonic()
         last = self._refusal_logged_at
