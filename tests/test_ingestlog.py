@@ -116,6 +116,18 @@ def test_a_torn_tail_of_zeros_is_cut_without_a_copy(tmp_path):
         ingest.close()
 
 
+def _recovered(tmp_path: Path, data: bytes, caplog) -> tuple[IngestLog, Path]:
+    """A log opened on a slot holding one segment of ``data`` (what it says, in ``caplog``)."""
+    slot = tmp_path / "log" / "0"
+    slot.mkdir(parents=True)
+    path = slot / "000000000000-5.seg"
+    path.write_bytes(data)
+    ingest = new_log(tmp_path / "log")
+    with caplog.at_level("WARNING", logger="tally.ingestlog"):
+        ingest.open()
+    return ingest, path
+
+
 def test_damage_before_the_last_record_is_kept_and_said_not_cut_as_a_torn_tail(tmp_path, caplog):
     """A byte changed in a segment's middle record: recovery called it a torn tail, said the
     records after it were never acknowledged, and cut them from the only copy."""
@@ -123,13 +135,7 @@ def test_damage_before_the_last_record_is_kept_and_said_not_cut_as_a_torn_tail(t
     records = [frame(ROWS, 6 + i, 1, encode_rows(rows(f"m{i}", 1))) for i in range(3)]
     data = bytearray(header + b"".join(records))
     data[len(header) + len(records[0]) + FRAME.size + 15] ^= 0xFF
-    slot = tmp_path / "log" / "0"
-    slot.mkdir(parents=True)
-    path = slot / "000000000000-5.seg"
-    path.write_bytes(bytes(data))
-    ingest = new_log(tmp_path / "log")
-    with caplog.at_level("WARNING", logger="tally.ingestlog"):
-        ingest.open()
+    ingest, path = _recovered(tmp_path, bytes(data), caplog)
     try:
         [segment] = ingest.sealed()
         assert segment.events == 1  # the readable record before the damage loads
@@ -149,13 +155,7 @@ def test_a_segment_with_an_unreadable_header_and_records_after_it_is_kept(tmp_pa
     header = header_record("h", COLUMNS, 5)
     data = bytearray(header + frame(ROWS, 6, 100, encode_rows(rows("h", 100))))
     data[FRAME.size + 20] ^= 0xFF
-    slot = tmp_path / "log" / "0"
-    slot.mkdir(parents=True)
-    path = slot / "000000000000-5.seg"
-    path.write_bytes(bytes(data))
-    ingest = new_log(tmp_path / "log")
-    with caplog.at_level("WARNING", logger="tally.ingestlog"):
-        ingest.open()
+    ingest, path = _recovered(tmp_path, bytes(data), caplog)
     try:
         assert ingest.sealed() == []
         assert not path.exists()

@@ -6,14 +6,16 @@ tests/faults/test_wal_crash.py."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from conftest import COLUMNS_BEFORE_005, auth, new_project, stored
 from tally.storage.client import Storage, parse_url
@@ -374,6 +376,19 @@ def test_a_segment_loaded_again_after_a_view_failed_gives_its_rollups_the_same_i
 # --- a log damaged or removed on disk while the service runs ------------------------------------
 
 
+@contextlib.contextmanager
+def in_an_outage(make_client, fault: Path) -> Iterator[tuple[Any, str, str]]:
+    """A service whose INSERTs are refused while ``fault`` exists (made here), with one active
+    segment until sealed by hand, and a project: (client, project id, key)."""
+    with make_client(
+        fault_file=str(fault), log_seal_age_ms=3_600_000, load_retry_min_ms=10
+    ) as client:
+        client.wait_for_load = False
+        project_id, key = new_project(client)
+        fault.write_text("fail")
+        yield client, project_id, key
+
+
 def _segment_files(client) -> list[Path]:
     return sorted(Path(client.app.state.ingest.root).glob("*/*.seg"))
 
@@ -389,12 +404,7 @@ def test_a_segment_damaged_on_disk_before_its_load_keeps_a_copy_and_says_so(
     the records before it, deleted the file and said nothing; the 20 acknowledged events after
     it were gone without a trace. Now the whole file is kept and an error names it."""
     fault = tmp_path / "fault"
-    with make_client(
-        fault_file=str(fault), log_seal_age_ms=3_600_000, load_retry_min_ms=10
-    ) as client:
-        client.wait_for_load = False
-        project_id, key = new_project(client)
-        fault.write_text("fail")
+    with in_an_outage(make_client, fault) as (client, project_id, key):
         for i in range(3):  # three commits: three records of one segment
             answer = client.post(
                 "/api/collect", json=batch(f"d{i}", 10), headers={"x-api-key": key}
@@ -436,12 +446,7 @@ def test_a_log_folder_deleted_while_in_use_refuses_then_goes_on_and_names_what_w
     answered 202 (lost), the loader retried the vanished file forever and held every later
     segment back, and new segments could not be begun until the folder was made by hand."""
     fault = tmp_path / "fault"
-    with make_client(
-        fault_file=str(fault), log_seal_age_ms=3_600_000, load_retry_min_ms=10
-    ) as client:
-        client.wait_for_load = False
-        project_id, key = new_project(client)
-        fault.write_text("fail")
+    with in_an_outage(make_client, fault) as (client, project_id, key):
         first = client.post("/api/collect", json=batch("before", 5), headers={"x-api-key": key})
         assert first.status_code == 202
         [path] = _segment_files(client)
