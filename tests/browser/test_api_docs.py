@@ -99,17 +99,30 @@ def test_the_docs_list_every_operation_offline(tally: str, browser: Any, path: s
     watch.assert_clean()
 
 
-# The WCAG contrast ratio of an element's text with its own background, or with the nearest
-# ancestor's that has one (the text colour and background of computed styles, as rgb()).
+# The WCAG contrast ratio of an element's text with what is behind it: its own background and its
+# ancestors' as computed styles give them (rgb() or rgba()), translucent layers composed over the
+# first opaque one (or white), as axe-core does.
 CONTRAST = """el => {
-  const rgb = (c) => c.match(/[\\d.]+/g).slice(0, 4).map(Number);
-  const lum = ([r, g, b]) => [r, g, b].map((v) => v / 255)
+  const rgba = (c) => {
+    const v = c.match(/[\\d.]+/g).map(Number);
+    return [v[0], v[1], v[2], v.length > 3 ? v[3] : 1];
+  };
+  const layers = [];
+  for (let e = el; e; e = e.parentElement) {
+    const c = rgba(getComputedStyle(e).backgroundColor);
+    if (c[3] > 0) layers.push(c);
+    if (c[3] === 1) break;
+  }
+  let bg = [255, 255, 255];
+  for (const [r, g, b, a] of layers.reverse()) {
+    bg = [r, g, b].map((v, i) => v * a + bg[i] * (1 - a));
+  }
+  const t = rgba(getComputedStyle(el).color);
+  const fg = [0, 1, 2].map((i) => t[i] * t[3] + bg[i] * (1 - t[3]));
+  const lum = (rgb) => rgb.map((v) => v / 255)
     .map((v) => (v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4))
     .reduce((sum, v, i) => sum + v * [0.2126, 0.7152, 0.0722][i], 0);
-  let back = el;
-  while (back && (rgb(getComputedStyle(back).backgroundColor)[3] === 0)) back = back.parentElement;
-  const a = lum(rgb(getComputedStyle(el).color));
-  const b = back ? lum(rgb(getComputedStyle(back).backgroundColor)) : 1;
+  const [a, b] = [lum(fg), lum(bg)];
   return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
 }"""
 
@@ -135,6 +148,16 @@ def test_the_docs_page_has_a_main_heading_named_controls_and_readable_labels(
         ".info .title small pre",
         ".info .title small.version-stamp pre",
     ]
+    # No link inside an operation's button (Swagger UI's deep links put one in each).
+    assert page.locator(".opblock-summary-control a[href]").count() == 0
+    # An operation opened, with Try it out, and the models shown.
+    page.locator(".opblock-summary-control").first.click()
+    page.locator(".try-out__btn").first.click()
+    page.wait_for_selector(".btn.execute")
+    page.locator(".models-control").first.click()
+    page.wait_for_selector(".json-schema-2020-12-expand-deep-button")
+    labels += [".btn.execute", ".btn.cancel", ".parameter__in"]
+    labels += [".json-schema-2020-12-expand-deep-button"]
     for selector in labels:
         ratios = page.eval_on_selector_all(selector, f"els => els.map({CONTRAST})")
         assert ratios, selector

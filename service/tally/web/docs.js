@@ -5,7 +5,9 @@ window.addEventListener('DOMContentLoaded', () => {
   window.ui = window.SwaggerUIBundle({
     url: document.body.dataset.openapi,
     dom_id: '#swagger-ui',
-    deepLinking: true,
+    // No deep links: they put a link inside each operation's button (two tab stops per operation,
+    // a link nested in a button: axe-core's nested-interactive).
+    deepLinking: false,
     // The default sends the document to validator.swagger.io for a badge: nothing leaves.
     validatorUrl: null,
     presets: [window.SwaggerUIBundle.presets.apis],
