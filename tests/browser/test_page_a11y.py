@@ -214,3 +214,21 @@ def test_an_unknown_project_has_a_heading_and_a_title(tally, browser, watch, pro
     assert page.get_by_text("it belongs to another account").is_visible()
     page.context.close()
     watch.assert_clean(FAILED_LOAD.format(404))
+
+
+def test_a_revoked_new_key_is_no_longer_offered_for_copying(tally, browser, watch):
+    """A key added and then revoked kept its one-time card, with its snippet, offered for
+    copying though every request with it is 401."""
+    user = user_name()
+    project_id, _ = new_project(tally, user, "Short-lived key")
+    page = signed_in(browser, watch, tally, user, f"/?project={project_id}&tab=keys")
+    add_key(page, "Temp")
+    assert page.locator("[data-testid=new-key]").count() == 1
+    revoke = page.get_by_role("button", name="Revoke key Temp")
+    revoke.focus()
+    page.keyboard.press("Enter")
+    page.keyboard.press("Enter")
+    pump(page, lambda: said(page, "Key “Temp” revoked."), "the revoking to be said", SOON)
+    assert page.locator("[data-testid=new-key]").count() == 0
+    page.context.close()
+    watch.assert_clean()

@@ -517,3 +517,24 @@ def test_a_choice_made_with_arrow_keys_loads_once_and_refresh_follows_the_day(ed
     assert page.evaluate("document.activeElement.id") == "refresh"
     context.close()
     watch.assert_clean()
+
+
+def test_every_download_button_says_what_it_downloads(edge, browser, watch):
+    """Four panels' buttons (the days, events by name, by hour, recent events) were all named
+    "Download CSV": a screen reader's list of buttons could not tell them apart."""
+    page = edge.open(browser, watch, DESKTOP)
+    page.wait_for_selector("[data-panel][data-state=ready]")
+    # each button's accessible name: aria-label, else its aria-labelledby's texts, else its text
+    names = page.eval_on_selector_all(
+        "button[data-csv]",
+        """bs => bs.map((b) => b.getAttribute('aria-label') || (b.getAttribute('aria-labelledby')
+            ? b.getAttribute('aria-labelledby').split(' ')
+                .map((id) => document.getElementById(id).textContent).join(' ')
+            : b.textContent))""",
+    )
+    assert len(names) >= 8, names
+    assert all(name.startswith("Download CSV") and name != "Download CSV" for name in names)
+    assert len(set(names)) == len(names), names
+    assert "Download CSV Visitors per day" in names
+    page.context.close()
+    watch.assert_clean()

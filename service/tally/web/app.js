@@ -804,6 +804,7 @@
             const made = await api('POST', '/api/projects/keys', body);
             label.value = '';
             reveal(created, made.apiKey, 'Key added');
+            created.dataset.keyId = made.id; // revoked, its card goes (a dead key is no key to copy)
             await fill();
           } catch (err) {
             showError(created, err);
@@ -838,6 +839,10 @@
           try {
             await api('DELETE', `/api/projects/keys?projectId=${project.id}&keyId=${key.id}`);
             announce(`Key “${name}” revoked.`);
+            if (created.dataset.keyId === key.id) {
+              created.replaceChildren();
+              delete created.dataset.keyId;
+            }
             await fill();
             // its row (and the focused button) is gone: the focus goes to the table's heading,
             // not to the top of the page
@@ -1000,7 +1005,7 @@
   // csv: [file name, header, rows (arrays)]: the panel offers its data as a CSV file.
   function panel(title, body, wide, csv) {
     const head = csv
-      ? h('div', { class: 'panel-head' }, h('h2', { text: title }), h('button', { type: 'button', class: 'link', 'data-csv': csv[0], text: 'Download CSV', onclick: () => saveCsv(...csv) }))
+      ? h('div', { class: 'panel-head' }, h('h2', { text: title }), h('button', { type: 'button', class: 'link', 'data-csv': csv[0], text: 'Download CSV', 'aria-label': `Download CSV: ${title}`, onclick: () => saveCsv(...csv) }))
       : h('h2', { text: title });
     return h('section', { class: `card panel${wide ? ' wide' : ''}` }, head, body);
   }
@@ -1655,7 +1660,7 @@
       };
       const unit = hours ? 'hour' : 'day';
       const points = hours || d.timeline.map((t) => ({ x: t.day, visitors: t.visitors, pageviews: t.pageviews, events: t.events }));
-      const title = h('h2', {});
+      const title = h('h2', { id: 'timeline-title' });
       const setTitle = (metric) => {
         const name = METRICS.find(([k]) => k === metric)[1];
         title.textContent = unit === 'hour' ? `${name} per hour, ${date}` : `${name} per day`;
@@ -1684,7 +1689,7 @@
       const timelinePanel = h(
         'section',
         { class: 'card panel wide', 'data-panel': 'timeline' },
-        h('div', { class: 'panel-head' }, title, h('button', { type: 'button', class: 'link', 'data-csv': timelineCsv[0], text: 'Download CSV', onclick: () => saveCsv(...timelineCsv) })),
+        h('div', { class: 'panel-head' }, title, h('button', { type: 'button', class: 'link', id: 'timeline-csv', 'aria-labelledby': 'timeline-csv timeline-title', 'data-csv': timelineCsv[0], text: 'Download CSV', onclick: () => saveCsv(...timelineCsv) })),
         h('div', { class: 'panel-tabs', role: 'group', 'aria-label': 'Metric' }, toggles),
         boxes.timeline
       );
