@@ -4,6 +4,7 @@ tests/faults/test_wal_crash.py."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import os
 from pathlib import Path
@@ -402,5 +403,95 @@ def test_segments_name_their_columns(tmp_path):
         asyncio.run(_appending(ingest, [[tuple(range(len(EVENT_COLUMNS)))]]))
         [segment] = ingest.sealed()
         assert read_segment(segment.path).columns == list(EVENT_COLUMNS)
+    finally:
+        ingest.close()
+
+
+def test_a_damaged_length_that_runs_past_the_end_is_damage_when_records_follow(tmp_path, caplog):
+    """One bit of a middle record's length changed: its frame seemed to run past the end of the
+    file, which was taken for a crash's torn tail; the records after it, acknowledged, were cut
+    with no copy and a warning that they never were."""
+    header = header_record("l", COLUMNS, 5)
+    records = [frame(ROWS, 6 + i, 1, encode_rows(rows(f"l{i}", 1))) for i in range(4)]
+    data = bytearray(header + b"".join(records))
+    data[len(header) + len(records[0]) + 2] ^= 0x01  # its length grows by 65,536
+    ingest, path = _recovered(tmp_path, bytes(data), caplog)
+    try:
+        assert [s.events for s in ingest.sealed()] == [1]
+        kept = tmp_path / "log-damaged" / f"0-{path.name}.damaged"
+        assert kept.read_bytes() == bytes(data)
+        assert "is damaged at byte" in caplog.text and "never acknowledged" not in caplog.text
+    finally:
+        ingest.close()
+
+
+NEARLY_FULL = """
+import asyncio, os, resource, signal, sys
+from pathlib import Path
+sys.path.insert(0, {service!r})
+from tally.storage.ingestlog import IngestLog
+from tally.storage.client import StorageUnavailable
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+root = Path({root!r})
+log = IngestLog(root, ("a",), cap_bytes=1 << 30, seal_bytes=1 << 30, seal_age=3600.0)
+log.open()
+resource.setrlimit(resource.RLIMIT_FSIZE, (16384, 16384))  # no file may grow past 16 KiB
+
+async def run():
+    log.start()
+    for i in range(5):
+        try:
+            await log.append([("x" * 30000,)])  # larger than any file may be
+            print("acknowledged")
+        except StorageUnavailable:
+            pass
+    await log.recheck_async()  # a 4 KiB test write would pass; one of the failed size does not
+    print("error" if log.write_error else "clear")
+    await log.append([("small",)])
+    await log.recheck_async()
+    print("error" if log.write_error else "clear")
+    await log.stop()
+    print(sorted(p.name for p in (root / "0").iterdir() if p.name.endswith(".seg")))
+
+asyncio.run(run())
+"""
+
+
+def test_a_nearly_full_disk_keeps_health_failing_and_leaves_no_empty_segments(tmp_path):
+    """The health check's 4 KiB test write passed on a disk too full for any commit (so health
+    answered 200 while collect refused), and each refused commit left a segment of a header
+    alone, using up the last of the disk."""
+    import subprocess
+    import sys
+
+    service = str(Path(__file__).resolve().parents[1] / "service")
+    script = NEARLY_FULL.format(service=service, root=str(tmp_path / "log"))
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    ).stdout.split("\n")
+    assert "acknowledged" not in out
+    assert out[0] == "error"  # the test write as large as the refused commit fails too
+    assert out[1] == "clear"  # a small commit fits, and succeeding, ends the failure
+    segments = ast.literal_eval(out[2])
+    assert len(segments) == 1, segments  # the small commit's; no header-only ones left
+
+
+def test_the_health_check_opens_a_log_that_could_not_be_opened_at_start(tmp_path):
+    """A start that could not open the log (its folder not makeable) kept /api/health at 503 on
+    a quiet site, once the disk was fixed, until an event came: the check's test write skipped
+    a log without a slot."""
+    blocker = tmp_path / "data"
+    blocker.write_text("a file where the data folder should be")
+    ingest = new_log(blocker / "log")
+    with pytest.raises(OSError):
+        ingest.open()
+    ingest.write_error = "cannot open"  # as app.py records it
+    ingest.recheck()
+    assert ingest.write_error  # still not writable
+    blocker.unlink()
+    ingest.recheck()
+    try:
+        assert ingest.write_error is None and ingest.slot is not None
     finally:
         ingest.close()

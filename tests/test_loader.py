@@ -423,8 +423,11 @@ def test_a_segment_damaged_on_disk_before_its_load_keeps_a_copy_and_says_so(
         changed.write_bytes(bytes(data))
         changed.replace(path)
         with caplog.at_level("ERROR", logger="tally.ingestlog"):
+            failed = client.app.state.loader.failures
+            until(lambda: client.app.state.loader.failures >= failed + 3, "retries in the outage")
             fault.unlink()
             until(lambda: backlog(client)["events"] == 0, "the segment to be taken")
+        assert caplog.text.count("is damaged at byte") == 1  # said once, not at every retry
         until(lambda: count(client, project_id, "d0") == 10, "the readable record stored")
         assert count(client, project_id) == 10
         kept = Path(client.app.state.ingest.root).parent / "log-damaged" / f"0-{path.name}.damaged"
@@ -439,12 +442,13 @@ def test_a_segment_damaged_on_disk_before_its_load_keeps_a_copy_and_says_so(
         assert str(kept) in caplog.text and "may hold acknowledged events" in caplog.text
 
 
-def test_a_log_folder_deleted_while_in_use_refuses_then_goes_on_and_names_what_was_lost(
+def test_a_log_folder_deleted_while_in_use_keeps_what_it_can_and_names_what_was_lost(
     make_client, tmp_path, caplog
 ):
     """The log's folder removed by hand: events were fsynced into a file with no name and
-    answered 202 (lost), the loader retried the vanished file forever and held every later
-    segment back, and new segments could not be begun until the folder was made by hand."""
+    answered 202 (lost, with those the open file held), the loader retried a vanished file
+    forever and held every later segment back, and new segments could not be begun until the
+    folder was made by hand."""
     fault = tmp_path / "fault"
     with in_an_outage(make_client, fault) as (client, project_id, key):
         first = client.post("/api/collect", json=batch("before", 5), headers={"x-api-key": key})
@@ -452,19 +456,28 @@ def test_a_log_folder_deleted_while_in_use_refuses_then_goes_on_and_names_what_w
         [path] = _segment_files(client)
         shutil.rmtree(path.parent)
         with caplog.at_level("ERROR"):
-            # Its segment's file has no name left: refused, nothing of it acknowledged.
+            # Its segment's file has no name left: refused, nothing of it acknowledged; what it
+            # held is written again from the open file, in the folder made again.
             refused = client.post("/api/collect", json=batch("gone", 5), headers={"x-api-key": key})
             assert refused.status_code == 503
-            # The next begins a segment in the folder made again.
+            assert read_segment(path).events == 5
+            # The next begins a segment there.
             after = client.post("/api/collect", json=batch("after", 5), headers={"x-api-key": key})
             assert after.status_code == 202
-            assert path.parent.is_dir()
             _seal(client)
+            # A sealed segment deleted by hand is lost: dropped, and said, not retried forever.
+            lost = client.post("/api/collect", json=batch("lost", 5), headers={"x-api-key": key})
+            assert lost.status_code == 202
+            _seal(client)
+            newest = _segment_files(client)[-1]
+            assert read_segment(newest).body().count(b'"lost"') == 5
+            newest.unlink()
             fault.unlink()
             until(lambda: count(client, project_id, "after") == 5, "the later segment")
             until(lambda: backlog(client)["segments"] == 0, "the vanished segment dropped")
-        assert count(client, project_id) == 5
-        assert "was deleted while in use" in caplog.text
+        until(lambda: count(client, project_id, "before") == 5, "the segment written again")
+        assert count(client, project_id) == 10
+        assert "its 5 acknowledged events were written again from the open file" in caplog.text
         assert "is gone from disk before it was loaded: its 5 acknowledged events" in caplog.text
 
 

@@ -376,7 +376,7 @@ def ingest_backlog(state: State) -> s.IngestBacklog:
 )
 async def health(state: State) -> s.Health:
     if state.ingest.write_error is not None:
-        await asyncio.to_thread(state.ingest.recheck)  # the disk may take writes again
+        await state.ingest.recheck_async()  # the disk may take writes again
     if state.ingest.write_error is not None:
         # Collect answers 503 now, whatever ClickHouse says: so does the health check.
         raise LogRefused(f"the ingest log cannot be written: {state.ingest.write_error}")

@@ -189,9 +189,34 @@ def _damaged(data: bytes, offset: int) -> bool:
     if len(rest) < FRAME.size or not bytes(rest).strip(b"\0"):
         return False
     length, _ = FRAME.unpack_from(data, offset)
-    if RECORD.size <= length <= MAX_RECORD:
-        return offset + FRAME.size + length < len(data)
-    return True  # a length no record has, with data after it
+    if not RECORD.size <= length <= MAX_RECORD:
+        return True  # a length no record has, with data after it
+    if offset + FRAME.size + length < len(data):
+        return True  # a whole frame that does not read, with more after it
+    # A frame that runs past the end: a tear, unless its length was damaged and a readable
+    # record follows (a crash leaves nothing readable after its torn record).
+    return _readable_record_after(data, offset + 1)
+
+
+def _readable_record_after(data: bytes, start: int) -> bool:
+    """Whether a complete rows record (its checksum right) begins anywhere from ``start`` on.
+    Each rows record's body starts with its kind byte and its payload with ``[``, which rules
+    out nearly every position before a checksum is computed."""
+    at = data.find(bytes([ROWS]), start + FRAME.size)
+    while at != -1:
+        begin = at - FRAME.size
+        body_end = len(data)
+        length, crc = FRAME.unpack_from(data, begin)
+        end = begin + FRAME.size + length
+        if (
+            RECORD.size < length <= MAX_RECORD
+            and end <= body_end
+            and data[at + RECORD.size] == ord("[")
+            and zlib.crc32(memoryview(data)[at:end]) == crc
+        ):
+            return True
+        at = data.find(bytes([ROWS]), at + 1)
+    return False
 
 
 def write_segment(
@@ -450,6 +475,7 @@ class IngestLog:
         # failed hundreds of commits a second, each an ERROR line, onto that same disk).
         self._refusal_logged_at: float | None = None
         self._refused_unsaid = 0
+        self._failed_bytes = 0  # the size of the last commit that failed
 
     # --- slots ---------------------------------------------------------------------------
     def open(self) -> None:
@@ -628,23 +654,37 @@ class IngestLog:
         """After a failed commit, and none since: whether the slot's disk takes a write again
         (a small file written, fsynced and deleted), so that a quiet site's health check does not
         stay failed until its next event. Blocking: run in a thread."""
-        if self.write_error is None or self.slot is None:
+        if self.write_error is None:
             return
-        probe = self.slot.path / ".probe"
         try:
+            if self.slot is None:
+                self.open()  # a start that could not open the log
+            assert self.slot is not None
+            if not self.slot.path.is_dir():
+                self._reclaim(self.slot)
+            probe = self.slot.path / ".probe"
+            # As large as the commit that failed: a nearly full disk takes a small write.
+            size = min(max(4096, self._failed_bytes), 8 << 20)
             fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
-                if os.write(fd, b"\0" * 4096) != 4096:
+                if os.write(fd, bytes(size)) != size:
                     raise OSError(errno.ENOSPC, "short write")
                 os.fsync(fd)
             finally:
                 os.close(fd)
                 with contextlib.suppress(OSError):
                     probe.unlink()
-        except OSError as exc:
+        except (OSError, LogRefused) as exc:
             self.write_error = str(exc)
             return
         self.write_error = None
+        log.info("ingest log: writing again (a test write succeeded)")
+
+    async def recheck_async(self) -> None:
+        """:meth:`recheck` on the commits' own thread, so that it never runs beside one."""
+        if self._thread is None:
+            return await asyncio.to_thread(self.recheck)
+        await asyncio.get_running_loop().run_in_executor(self._thread, self.recheck)
 
     def _say_refusal(self, rows: int, error: BaseException) -> None:
         now = self.monotonic()
@@ -666,6 +706,7 @@ class IngestLog:
         segment = self._active or self._new_segment()
         ack_ms = self.wall_ms()
         data = frame(ROWS, ack_ms, rows, b"".join(payloads))
+        self._failed_bytes = len(data)  # until it succeeds
         start = segment.size
         try:
             view = memoryview(data)
@@ -696,7 +737,13 @@ class IngestLog:
                 os.fsync(segment.fd)
             except OSError:
                 pass
+            self._rescue_unlinked(segment, start)
             self._seal_active()
+            if segment.events == 0:  # only its header: not left to fill a failing disk
+                with contextlib.suppress(OSError):
+                    segment.path.unlink()
+                if self.slot is not None and segment in self.slot.segments:
+                    self.slot.segments.remove(segment)
             raise
         segment.size += len(data)
         segment.events += rows
@@ -714,7 +761,8 @@ class IngestLog:
             self._reclaim(self.slot)
         path = self.slot.path / f"{seq:012d}-{created_ms}.seg"
         header = header_record(uuid.uuid4().hex, self.columns, created_ms)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        # Readable too: a segment deleted while open is written again from it (_rescue_unlinked).
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
         try:
             if os.write(fd, header) != len(header):
                 raise OSError(errno.ENOSPC, "short write of a segment header")
@@ -730,6 +778,32 @@ class IngestLog:
         self.slot.segments.append(segment)
         self._active = segment
         return segment
+
+    def _rescue_unlinked(self, segment: Segment, size: int) -> None:
+        """A segment whose file was deleted while open (its folder removed by hand) still holds
+        its acknowledged records behind the open descriptor: they are written again under its
+        name, in its folder made again, before the descriptor is closed."""
+        try:
+            if os.fstat(segment.fd).st_nlink > 0 or self.slot is None:
+                return
+            data = os.pread(segment.fd, size, 0)
+            if not self.slot.path.is_dir():
+                self._reclaim(self.slot)
+            fd = os.open(segment.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            _fsync_dir(segment.path.parent)
+            log.error(
+                "ingest log: %s was deleted while in use; its %d acknowledged events were "
+                "written again from the open file",
+                segment.path,
+                segment.events,
+            )
+        except OSError as exc:
+            log.error("ingest log: cannot write %s again: %s", segment.path, exc)
 
     @staticmethod
     def _reclaim(slot: Slot) -> None:
