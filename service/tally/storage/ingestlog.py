@@ -205,12 +205,11 @@ def _readable_record_after(data: bytes, start: int) -> bool:
     at = data.find(bytes([ROWS]), start + FRAME.size)
     while at != -1:
         begin = at - FRAME.size
-        body_end = len(data)
         length, crc = FRAME.unpack_from(data, begin)
         end = begin + FRAME.size + length
         if (
             RECORD.size < length <= MAX_RECORD
-            and end <= body_end
+            and end <= len(data)
             and data[at + RECORD.size] == ord("[")
             and zlib.crc32(memoryview(data)[at:end]) == crc
         ):
@@ -274,6 +273,8 @@ class Segment:
     fd: int = -1
     # Stored in ClickHouse (the loader's INSERT succeeded); only the file's deletion is left.
     loaded: bool = False
+    # Found damaged by the loader and said so (once, not at every retry of an outage).
+    damage_said: bool = False
 
 
 @dataclass
@@ -475,7 +476,8 @@ class IngestLog:
         # failed hundreds of commits a second, each an ERROR line, onto that same disk).
         self._refusal_logged_at: float | None = None
         self._refused_unsaid = 0
-        self._failed_bytes = 0  # the size of the last commit that failed
+        # The size of the latest commit tried: while write_error is set, the one that failed.
+        self._failed_bytes = 0
 
     # --- slots ---------------------------------------------------------------------------
     def open(self) -> None:
@@ -659,10 +661,7 @@ class IngestLog:
         try:
             if self.slot is None:
                 self.open()  # a start that could not open the log
-            assert self.slot is not None
-            if not self.slot.path.is_dir():
-                self._reclaim(self.slot)
-            probe = self.slot.path / ".probe"
+            probe = self._slot_folder() / ".probe"
             # As large as the commit that failed: a nearly full disk takes a small write.
             size = min(max(4096, self._failed_bytes), 8 << 20)
             fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -738,12 +737,10 @@ class IngestLog:
             except OSError:
                 pass
             self._rescue_unlinked(segment, start)
-            self._seal_active()
-            if segment.events == 0:  # only its header: not left to fill a failing disk
-                with contextlib.suppress(OSError):
-                    segment.path.unlink()
-                if self.slot is not None and segment in self.slot.segments:
-                    self.slot.segments.remove(segment)
+            if segment.events == 0:
+                self._drop_active()  # only its header: not left to fill a failing disk
+            else:
+                self._seal_active()
             raise
         segment.size += len(data)
         segment.events += rows
@@ -757,9 +754,7 @@ class IngestLog:
         assert self.slot is not None
         created_ms = self.wall_ms()
         seq = self._next_seq
-        if not self.slot.path.is_dir():
-            self._reclaim(self.slot)
-        path = self.slot.path / f"{seq:012d}-{created_ms}.seg"
+        path = self._slot_folder() / f"{seq:012d}-{created_ms}.seg"
         header = header_record(uuid.uuid4().hex, self.columns, created_ms)
         # Readable too: a segment deleted while open is written again from it (_rescue_unlinked).
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
@@ -787,8 +782,7 @@ class IngestLog:
             if os.fstat(segment.fd).st_nlink > 0 or self.slot is None:
                 return
             data = os.pread(segment.fd, size, 0)
-            if not self.slot.path.is_dir():
-                self._reclaim(self.slot)
+            self._slot_folder()
             fd = os.open(segment.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
                 os.write(fd, data)
@@ -805,16 +799,32 @@ class IngestLog:
         except OSError as exc:
             log.error("ingest log: cannot write %s again: %s", segment.path, exc)
 
-    @staticmethod
-    def _reclaim(slot: Slot) -> None:
-        """Make a slot's folder again after it was deleted under this process, with a new lock
-        file, locked (the old lock was on a file no other process can open)."""
-        log.error("ingest log: %s was deleted while in use; making it again", slot.path)
-        again = _try_claim(slot.path)
-        if again is None:
-            raise OSError(errno.EBUSY, f"{slot.path} was deleted and another process took it")
-        slot.release()
-        slot.lock_fd = again.lock_fd
+    def _slot_folder(self) -> Path:
+        """This process's slot folder, made again if it was deleted under this process, with a
+        new lock file, locked (the old lock was on a file no other process can open)."""
+        slot = self.slot
+        assert slot is not None
+        if not slot.path.is_dir():
+            log.error("ingest log: %s was deleted while in use; making it again", slot.path)
+            again = _try_claim(slot.path)
+            if again is None:
+                raise OSError(errno.EBUSY, f"{slot.path} was deleted and another process took it")
+            slot.release()
+            slot.lock_fd = again.lock_fd
+        return slot.path
+
+    def _drop_active(self) -> None:
+        """Delete the active segment, which holds no event, without sealing it: the loader
+        (which takes sealed segments) never sees it."""
+        segment = self._active
+        assert segment is not None and self.slot is not None
+        self._active = None
+        self.slot.segments.remove(segment)
+        with contextlib.suppress(OSError):
+            os.close(segment.fd)
+        segment.fd = -1
+        with contextlib.suppress(OSError):
+            segment.path.unlink()
 
     def _seal_active(self) -> None:
         segment = self._active

@@ -68,7 +68,6 @@ class Loader:
         self.loaded_events = 0
         self.failures = 0
         self.last_error = ""
-        self._damage_said: set[Path] = set()  # damaged segments already reported
         # Monotonic times the idle loader planned to wake at by itself, latest last (tests).
         self.planned_wakes: deque[float] = deque(maxlen=64)
 
@@ -214,11 +213,11 @@ class Loader:
                 kept,
             )
             return
-        if contents.good < contents.size and segment.path not in self._damage_said:
+        if contents.good < contents.size and not segment.damage_said:
             # A sealed segment holds complete records only: this one was damaged on disk. Said
             # (and copied) once, not at every retry of an outage.
             say_damaged(segment.path, contents, keep_damaged(segment.path))
-            self._damage_said.add(segment.path)
+            segment.damage_said = True
         events = contents.events
         if events:
             self._pause("before_load", True)
