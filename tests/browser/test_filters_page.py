@@ -204,6 +204,31 @@ def chips(page: Any) -> list[str]:
     return texts
 
 
+def point_at(page: Any, chart: str, target: Any) -> str:
+    """Rests the mouse on ``target`` (a locator of one bar or shape of the plotly chart named
+    ``chart``) and returns the chart's hover text: plotly picks what a click takes from the hover.
+    The target's box is taken when it has stopped moving and checked again once the hover shows,
+    as a panel that finishes loading meanwhile can move the chart and the mouse then lands on a
+    neighbour (a clean-clone CI run read another bar's hover once); then it is pointed at again,
+    at most 5 times."""
+    hover = page.locator(f"[data-chart={chart}] .hoverlayer .hovertext")
+    for _ in range(5):
+        page.mouse.move(0, 0)  # off the chart: an earlier hover goes
+        hover.wait_for(state="detached")
+        box = target.bounding_box()
+        page.wait_for_timeout(100)
+        if target.bounding_box() != box:
+            continue
+        x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+        page.mouse.move(x - 5, y)
+        page.mouse.move(x, y, steps=5)
+        hover.wait_for()
+        text: str = hover.text_content()
+        if target.bounding_box() == box:
+            return text
+    raise AssertionError(f"the {chart} chart kept moving")
+
+
 # --- filters --------------------------------------------------------------------------------------
 
 
@@ -381,11 +406,9 @@ def test_a_bar_of_a_chart_and_a_row_of_a_panel_filter_too(shop: Shop, browser: A
     bars = "[data-chart=events] .trace.bars .point path"
     page.wait_for_selector(bars)
     page.locator("[data-chart=events]").scroll_into_view_if_needed()
-    bar = page.locator(bars).first.bounding_box()
     assert page.get_attribute("[data-chart=events]", "data-filter-dim") == "event"
     # Plotly picks the clicked bar from the hover before it: point at it, then click.
-    page.mouse.move(bar["x"] + bar["width"] / 2, bar["y"] + bar["height"] / 2)
-    page.locator("[data-chart=events] .hoverlayer .hovertext").wait_for()
+    point_at(page, "events", page.locator(bars).first)
     page.mouse.down()
     page.mouse.up()
     page.wait_for_url(lambda u: "filters=" in u)

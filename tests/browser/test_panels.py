@@ -22,6 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
+from test_filters_page import point_at
 from test_site_owner import (  # noqa: F401 - fixtures
     ARTIFACTS,
     BROWSER_TESTS,
@@ -287,13 +288,11 @@ def test_clicking_a_row_filters_the_whole_dashboard(tally, shop, browser, watch)
         "[data-chart=countries]", "el => el.data[0].locations.indexOf('AUS')"
     )
     page.locator("[data-chart=countries]").scroll_into_view_if_needed()
-    box = page.locator("[data-chart=countries] path.choroplethlocation").nth(index).bounding_box()
-    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
-    page.mouse.move(x - 5, y)
-    page.mouse.move(x, y, steps=5)  # plotly picks the country under the pointer on hover
-    page.wait_for_selector("[data-chart=countries] .hoverlayer .hovertext")
-    assert "Australia" in page.text_content("[data-chart=countries] .hoverlayer .hovertext")
-    page.mouse.click(x, y)
+    australia = page.locator("[data-chart=countries] path.choroplethlocation").nth(index)
+    # plotly picks the country under the pointer on hover
+    assert "Australia" in point_at(page, "countries", australia)
+    page.mouse.down()
+    page.mouse.up()
     page.wait_for_url(lambda url: "AU" in parse_qs(urlsplit(url).query).get("filters", [""])[0])
     filters = json.loads(parse_qs(urlsplit(page.url).query)["filters"][0])
     assert filters == [["is", "country", ["AU"]]]

@@ -30,7 +30,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_filters_page import chips, pump, url_view
+from test_filters_page import chips, point_at, pump, url_view
 from test_site_owner import (  # noqa: F401 - fixtures: tally, site, browser, watch
     ARTIFACTS,
     BROWSER_TESTS,
@@ -119,14 +119,8 @@ EVENTS_CHART = """el => ({
 
 def hover_text(page: Any, index: int) -> str:
     """The hover of the events chart's bar ``index`` (in the order of its data)."""
-    hover = page.locator("[data-chart=events] .hoverlayer .hovertext")
-    page.mouse.move(0, 0)  # off the chart: an earlier bar's hover goes
-    hover.wait_for(state="detached")
-    bar = page.locator("[data-chart=events] .trace.bars .point path").nth(index).bounding_box()
-    page.mouse.move(bar["x"] + bar["width"] / 2, bar["y"] + bar["height"] / 2)
-    hover.wait_for()
-    text: str = hover.text_content()
-    return text
+    bar = page.locator("[data-chart=events] .trace.bars .point path").nth(index)
+    return point_at(page, "events", bar)
 
 
 @pytest.fixture(scope="module")
