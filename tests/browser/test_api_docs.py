@@ -13,10 +13,13 @@ from __future__ import annotations
 import csv
 import io
 import sys
+import time as pytime
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
@@ -210,5 +213,74 @@ def test_panels_and_raw_events_download_as_csv(tally: str, browser: Any) -> None
     events = list(csv.DictReader(io.StringIO(text)))
     assert sorted(e["path"] for e in events) == sorted(paths)
     assert {e["project_id"] for e in events} == {project}
+    context.close()
+    watch.assert_clean()
+
+
+def skipped_midnight(zone: str) -> date:
+    """The latest day before today in ``zone`` whose next local midnight never happens (a DST
+    change moves the clocks from 00:00 to 01:00): that day ends at the jump."""
+    tz = ZoneInfo(zone)
+    day = datetime.now(UTC).date() - timedelta(days=1)
+    for _ in range(400):
+        after = datetime.combine(day + timedelta(days=1), time(0), tzinfo=tz)
+        if after.astimezone(UTC).astimezone(tz).replace(tzinfo=None) != after.replace(tzinfo=None):
+            return day
+        day -= timedelta(days=1)
+    raise AssertionError(f"{zone} skipped no midnight in 400 days")
+
+
+def test_raw_events_download_covers_a_day_that_ends_at_a_dst_jump(tally: str, browser: Any):
+    # Atlantic/Azores moves its clocks from 00:00 to 01:00 in March: the day before ends at
+    # 01:00 UTC, and its last hour is in the next UTC day. The page asked only the day's own
+    # UTC date (it put that midnight an hour early), so the download left that hour out.
+    zone = "Atlantic/Azores"
+    day = skipped_midnight(zone)
+    user = f"owner-{uuid.uuid4().hex[:8]}"
+    made = httpx.post(
+        f"{tally}/api/projects",
+        json={"name": "Azores", "timezone": zone},
+        headers={"authorization": f"Bearer {token(user)}"},
+    )
+    assert made.status_code == 201, made.text
+    project, key = made.json()["projectId"], made.json()["apiKey"]
+    tz = ZoneInfo(zone)
+    times = {
+        "/noon": datetime.combine(day, time(12), tzinfo=tz),
+        "/last-hour": datetime.combine(day, time(23, 30), tzinfo=tz),
+    }
+    sent = httpx.post(
+        f"{tally}/api/collect",
+        json={
+            "events": [
+                {"name": "pageview", "path": p, "visitorId": "v1", "occurredAt": t.isoformat()}
+                for p, t in times.items()
+            ]
+        },
+        headers={"x-api-key": key},
+    )
+    assert sent.status_code == 202
+    assert times["/last-hour"].astimezone(UTC).date() == day + timedelta(days=1)
+    view = {"projectId": project, "from": day.isoformat(), "to": day.isoformat()}
+    deadline = datetime.now(UTC) + timedelta(seconds=60)
+    while True:
+        answer = httpx.get(
+            f"{tally}/api/dashboard",
+            params=view,
+            headers={"authorization": f"Bearer {token(user)}"},
+        ).json()
+        if answer["summary"]["totalEvents"] == 2:
+            break
+        assert datetime.now(UTC) < deadline, answer["summary"]
+        pytime.sleep(0.2)  # no page open yet: nothing for Playwright to deliver meanwhile
+    context = browser.new_context(viewport=DESKTOP, accept_downloads=True)
+    watch = Watch()
+    page = watch(context.new_page())
+    page.goto(f"{tally}/?project={project}&from={day}&to={day}#token={token(user)}")
+    page.wait_for_selector("#summary")
+    name, text = saved(page, "#export-events")
+    assert name == f"tally-{project}-{day}-{day + timedelta(days=1)}.csv"
+    events = list(csv.DictReader(io.StringIO(text)))
+    assert sorted(e["path"] for e in events) == ["/last-hour", "/noon"]
     context.close()
     watch.assert_clean()

@@ -1865,26 +1865,37 @@
     return { y: get('year'), m: get('month'), d: get('day'), h: get('hour'), min: get('minute'), s: get('second') };
   }
 
+  // The local date (YYYY-MM-DD) of the instant t in zone.
+  function zoneDate(zone, t) {
+    const p = zoneParts(zone, t);
+    return `${String(p.y).padStart(4, '0')}-${String(p.m).padStart(2, '0')}-${String(p.d).padStart(2, '0')}`;
+  }
+
   // Today's date in the project's zone: the last day of its "last N days".
   function zoneToday(zone) {
     try {
-      const p = zoneParts(zone, Date.now());
-      return `${String(p.y).padStart(4, '0')}-${String(p.m).padStart(2, '0')}-${String(p.d).padStart(2, '0')}`;
+      return zoneDate(zone, Date.now());
     } catch (e) {
       return isoDay(new Date());
     }
   }
 
-  // The UTC instant of local midnight starting `iso` in zone (two passes settle a DST change).
+  // The UTC instant local day `iso` starts in zone, as Tally's server counts it: its first
+  // instant whose local date is `iso`. That is midnight less the zone's offset a day before or
+  // a day after (they differ only near a DST change), the earlier of the two that falls on the
+  // day. Where a change skips midnight (Atlantic/Azores: 00:00 to 01:00), only the offset before
+  // the change does: the day starts at the jump.
   function zoneMidnight(iso, zone) {
     const wall = dayMs(iso);
     const offset = (t) => {
       const p = zoneParts(zone, t);
       return Date.UTC(p.y, p.m - 1, p.d, p.h, p.min, p.s) - Math.floor(t / 1000) * 1000;
     };
-    let t = wall - offset(wall);
-    t = wall - offset(t);
-    return t;
+    const starts = [wall - offset(wall - DAY_MS), wall - offset(wall + DAY_MS)].filter(
+      (t) => zoneDate(zone, t) === iso && zoneDate(zone, t - 1) < iso
+    );
+    if (!starts.length) throw new Error(`no start of ${iso} found in ${zone}`);
+    return Math.min(...starts);
   }
 
   // The local dates [from, to] the view r covers in zone.
