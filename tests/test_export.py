@@ -464,6 +464,22 @@ def test_exports_are_rate_limited_per_user(make_client: Any, user: str) -> None:
         assert export(client, f"{user}-b", f"projectId={other}&{RANGE}").status_code == 200
 
 
+def test_a_head_asks_the_export_limit_without_using_it(make_client: Any, user: str) -> None:
+    # The dashboard page sends a HEAD before each download to learn whether the GET will be
+    # answered: it is answered as the GET would be, and not counted (each page download cost
+    # two of the budget, and a HEAD could take the last of it and pass while its GET got 429).
+    with make_client(export_limit_per_user="2/hour") as client:
+        project, _ = new_project(client, user)
+        query = f"/api/export?projectId={project}&{RANGE}"
+        for _ in range(2):
+            for _ in range(5):
+                assert client.head(query, headers=auth(user)).status_code == 200
+            assert export(client, user, f"projectId={project}&{RANGE}").status_code == 200
+        head = client.head(query, headers=auth(user))
+        assert head.status_code == 429 and int(head.headers["retry-after"]) >= 1
+        assert export(client, user, f"projectId={project}&{RANGE}").status_code == 429
+
+
 def test_openapi_documents_the_export(client: Any) -> None:
     doc = client.get("/api/schema/openapi.json").json()
     operation = doc["paths"]["/api/export"]["get"]

@@ -207,7 +207,11 @@ async def export_events(
 ) -> Stream:
     user = asking_user(request)
     limits: RateLimits = state.limits
-    limits.check(_limit(state.settings.export_limit_per_user), "export", user)
+    # A HEAD (the page's check before its download) says whether the GET would pass the limit,
+    # and is not counted: the download it checks is (each page download counted twice, and a
+    # HEAD that took the last of the budget passed while its GET was refused).
+    limit = _limit(state.settings.export_limit_per_user)
+    limits.check(limit, "export", user, count=request.method != "HEAD")
     spec = parse_query(project_id, first, last, fmt, state.settings.ip_privacy == "hash")
     await owned_project(state, user, spec.project_id)
     # HEAD: the answer's status and headers, and no query (a body nobody reads is not made).

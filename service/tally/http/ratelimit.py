@@ -30,11 +30,14 @@ class RateLimits:
         self.per_ip = _parse(settings.collect_limit_per_ip)
         self.per_user = _parse(settings.session_limit_per_user)
 
-    def check(self, item: RateLimitItem | None, *identifiers: str) -> None:
-        """Count one hit; raise RateLimited (429 with Retry-After) when over the limit."""
+    def check(self, item: RateLimitItem | None, *identifiers: str, count: bool = True) -> None:
+        """Count one hit; raise RateLimited (429 with Retry-After) when over the limit.
+        ``count`` False: only whether one more hit would pass, none counted (a HEAD that asks
+        whether its GET will be answered)."""
         if item is None:
             return
-        if not self._limiter.hit(item, *identifiers):
+        allowed = self._limiter.hit if count else self._limiter.test
+        if not allowed(item, *identifiers):
             stats = self._limiter.get_window_stats(item, *identifiers)
             raise RateLimited(max(1, math.ceil(stats.reset_time - time.time())))
 
