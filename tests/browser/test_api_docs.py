@@ -176,16 +176,28 @@ def saved(page: Any, selector: str) -> tuple[str, str]:
     return download.suggested_filename, Path(download.path()).read_text()
 
 
+ZONE = "Asia/Kathmandu"
+
+
 def test_panels_and_raw_events_download_as_csv(tally: str, browser: Any) -> None:
     user = f"owner-{uuid.uuid4().hex[:8]}"
     project, key = new_project(tally, user, "Downloads")
     paths = ["/", "/pricing", "/a,b", '/q"uote', "/pricing"]
+    events = [{"name": "pageview", "path": p, "visitorId": "v1"} for p in paths]
+    events += [{"name": "session_end", "visitorId": "v1"}, {"name": "signup", "visitorId": "v1"}]
     sent = httpx.post(
         f"{tally}/api/collect",
-        json={"events": [{"name": "pageview", "path": p, "visitorId": "v1"} for p in paths]},
-        headers={"x-api-key": key},
+        json={"events": events},
+        headers={"x-api-key": key, "x-forwarded-for": "81.2.69.160"},  # GB in DB-IP's data
     )
     assert sent.status_code == 202
+    # A zone of its own, so that the recent events' local times are not their UTC ones.
+    moved = httpx.patch(
+        f"{tally}/api/projects",
+        json={"projectId": project, "timezone": ZONE},
+        headers={"authorization": f"Bearer {token(user)}"},
+    )
+    assert moved.status_code == 200, moved.text
 
     context = browser.new_context(viewport=DESKTOP, accept_downloads=True)
     watch = Watch()
@@ -208,13 +220,48 @@ def test_panels_and_raw_events_download_as_csv(tally: str, browser: Any) -> None
         ]
     )
 
+    # Countries: the code and the name the panel shows.
+    page.wait_for_selector("[data-panel=countries][data-state=ready]")
+    _, text = saved(page, f'[data-csv="tally-{project}-country-7d.csv"]')
+    assert list(csv.reader(io.StringIO(text))) == [
+        ["country", "name", "visitors", "pageviews", "events"],
+        ["GB", "United Kingdom", "1", "5", "7"],
+    ]
+    # Events by name: what the panel lists, without the session_end it says it leaves out.
+    _, text = saved(page, f'[data-csv="tally-{project}-events-by-name-7d.csv"]')
+    assert list(csv.reader(io.StringIO(text))) == [
+        ["name", "events"],
+        ["pageview", "5"],
+        ["signup", "1"],
+    ]
+    # Recent events: the time as stored (UTC) and as the panel shows it (the project's zone).
+    _, text = saved(page, f'[data-csv="tally-{project}-recent-events-7d.csv"]')
+    recent = list(csv.DictReader(io.StringIO(text)))
+    assert len(recent) == len(events)
+    for row in recent:
+        at = datetime.fromisoformat(row["occurred_at"]).astimezone(ZoneInfo(ZONE))
+        assert row[f"local_time ({ZONE})"] == at.isoformat(" ", "milliseconds")[:23]
+
     name, text = saved(page, "#export-events")
     assert name.startswith(f"tally-{project}-") and name.endswith(".csv")
-    events = list(csv.DictReader(io.StringIO(text)))
-    assert sorted(e["path"] for e in events) == sorted(paths)
-    assert {e["project_id"] for e in events} == {project}
+    stored = list(csv.DictReader(io.StringIO(text)))
+    assert sorted(e["path"] for e in stored if e["name"] == "pageview") == sorted(paths)
+    assert {e["project_id"] for e in stored} == {project}
+
+    # A tab whose rows are loading or failed offers no file: the rows at hand are the other
+    # tab's (the Sources rows were saved under the Channels name and header).
+    page.route("**/api/breakdown?*by=channel*", lambda route: route.abort())
+    page.click("[data-panel=sources] [role=tab][data-by=channel]")
+    page.wait_for_selector("[data-panel=sources][data-state=error]")
+    button = page.locator("[data-panel=sources] .panel-head button")
+    assert button.get_attribute("data-csv") == f"tally-{project}-channel-7d.csv"
+    assert button.is_disabled()
+    page.unroute("**/api/breakdown?*by=channel*")
+    page.click("[data-panel=sources] [role=tab][data-by=source]")
+    page.wait_for_selector("[data-panel=sources][data-state=ready]")
+    assert button.is_enabled()
     context.close()
-    watch.assert_clean()
+    watch.assert_clean("net::ERR_FAILED")
 
 
 def skipped_midnight(zone: str) -> date:

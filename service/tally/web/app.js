@@ -1365,7 +1365,9 @@
     const asked = (r.panels || {})[spec.id];
     let current = spec.tabs.some(([by]) => by === asked) ? asked : spec.tabs[0][0];
     let rows = [];
-    // The CSV of the rows shown, named after the project, the dimension and the view's range.
+    // The CSV of the rows shown, named after the project, the dimension and the view's range
+    // (a country's name beside its code, as the panel shows it). Offered only while the panel
+    // shows its rows: while a tab loads or after it failed, the rows at hand are another tab's.
     const csvName = () => `tally-${project.id}-${current}-${rangeTag(r)}.csv`;
     const csvButton = h('button', {
       type: 'button',
@@ -1373,12 +1375,19 @@
       text: 'Download CSV',
       'aria-label': `Download CSV: ${spec.title}`,
       'data-csv': csvName(),
+      disabled: true,
       onclick: () =>
-        saveCsv(
-          csvName(),
-          [current, 'visitors', 'pageviews', 'events'],
-          rows.map((x) => [x.value, x.visitors, x.pageviews, x.events])
-        ),
+        current === 'country'
+          ? saveCsv(
+              csvName(),
+              ['country', 'name', 'visitors', 'pageviews', 'events'],
+              rows.map((x) => [x.value, countryName(x.value), x.visitors, x.pageviews, x.events])
+            )
+          : saveCsv(
+              csvName(),
+              [current, 'visitors', 'pageviews', 'events'],
+              rows.map((x) => [x.value, x.visitors, x.pageviews, x.events])
+            ),
     });
     // The ARIA tab pattern: one Tab stop for the row of tabs, arrows (Home, End) move along it
     // and show the tab they reach; the panel's rows are the tab panel.
@@ -1450,6 +1459,7 @@
       section.dataset.state = 'loading';
       section.setAttribute('aria-busy', 'true');
       section.dataset.by = by;
+      csvButton.disabled = true;
       body.replaceChildren(h('p', { class: 'muted', text: 'Loading…' }));
       let answer;
       try {
@@ -1485,6 +1495,7 @@
       body.replaceChildren(by === 'country' ? h('div', { class: 'scroll-list' }, tableEl) : tableEl);
       if (mapBox) drawMap(mapBox, rows);
       section.dataset.state = 'ready';
+      csvButton.disabled = false;
     }
 
     load();
@@ -1742,7 +1753,7 @@
                 : null
             ),
             false,
-            csvOf('events-by-name', ['name', 'events'], d.eventBreakdown.map((e) => [e.name, e.count]))
+            csvOf('events-by-name', ['name', 'events'], named.map((e) => [e.name, e.count]))
           ),
           panel('Events by hour of day', boxes.heatmap, false, csvOf('hourly', ['local_hour', 'events'], d.hourlyHeatmap.map((e) => [e.hour, e.count]))),
           panel(
@@ -1760,7 +1771,8 @@
               true
             ),
             true,
-            csvOf('recent-events', ['occurred_at', 'name', 'path', 'visitor_id'], d.recentEvents.map((e) => [e.occurredAt, e.name, e.path, e.visitorId]))
+            // The time as stored (UTC, ISO 8601) and as the panel shows it, in the project's zone.
+            csvOf('recent-events', ['occurred_at', `local_time (${tz})`, 'name', 'path', 'visitor_id'], d.recentEvents.map((e) => [e.occurredAt, localStamp(e.occurredAt, tz), e.name, e.path, e.visitorId]))
           )
         )
         // DB-IP's attribution (its CC BY 4.0 license asks for it) is the page's footer.
@@ -1863,6 +1875,14 @@
     }).formatToParts(new Date(t));
     const get = (type) => Number(parts.find((p) => p.type === type).value);
     return { y: get('year'), m: get('month'), d: get('day'), h: get('hour'), min: get('minute'), s: get('second') };
+  }
+
+  // The instant `iso` as a local date and time in zone (YYYY-MM-DD HH:MM:SS.mmm), for files.
+  function localStamp(iso, zone) {
+    const t = Date.parse(iso);
+    const p = zoneParts(zone, t);
+    const two = (n) => String(n).padStart(2, '0');
+    return `${zoneDate(zone, t)} ${two(p.h)}:${two(p.min)}:${two(p.s)}.${String(((t % 1000) + 1000) % 1000).padStart(3, '0')}`;
   }
 
   // The local date (YYYY-MM-DD) of the instant t in zone.
