@@ -1028,6 +1028,30 @@
     setTimeout(() => URL.revokeObjectURL(url), 60000);
   }
 
+  // The longest name=value a browser keeps as a cookie (4096 bytes, less room for the name).
+  const COOKIE_MAX = 4000;
+
+  // GET `url` with the session's header and save the answer under the name Tally gives it.
+  async function fetchAndSave(url, status) {
+    status.textContent = 'Downloading: the file is saved once all of it has arrived.';
+    let res;
+    let blob;
+    try {
+      res = await fetch(url, { headers: { authorization: `Bearer ${token.get()}` }, cache: 'no-store' });
+      if (res.ok) blob = await res.blob();
+    } catch (e) {
+      status.textContent = 'Tally could not be reached. Check the connection and try again.';
+      return;
+    }
+    if (!res.ok) {
+      status.textContent = STATUS_TEXT[res.status] || `Tally answered ${res.status}.`;
+      return;
+    }
+    const named = /filename="([^"]+)"/.exec(res.headers.get('content-disposition') || '');
+    saveBlob(blob, named ? named[1] : 'tally-export');
+    status.textContent = 'Downloaded.';
+  }
+
   function saveCsv(filename, header, rows) {
     saveBlob(new Blob([csvText(header, rows)], { type: 'text/csv' }), filename);
   }
@@ -1061,8 +1085,16 @@
     // fetch held all of it in the page's memory first (gigabytes for 90 days of a large site).
     // A link carries no header, so the session goes as the cookie Tally also reads, sent only to
     // /api/export, never cross-site, for a minute.
+    const cookie = `tally_session=${token.get()}`;
+    if (cookie.length > COOKIE_MAX) {
+      // Browsers keep no cookie over 4096 bytes, and an identity provider's token with many
+      // claims can be longer: then the file comes by a fetch with the header, held in the
+      // page's memory until it is saved.
+      await fetchAndSave(`/api/export?${query}`, status);
+      return;
+    }
     const secure = location.protocol === 'https:' ? '; Secure' : '';
-    document.cookie = `tally_session=${token.get()}; Path=/api/export; Max-Age=60; SameSite=Strict${secure}`;
+    document.cookie = `${cookie}; Path=/api/export; Max-Age=60; SameSite=Strict${secure}`;
     const link = h('a', { href: `/api/export?${query}`, download: '', hidden: true });
     document.body.append(link);
     link.click();
