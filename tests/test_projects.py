@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from typing import Any
 
 import pytest
 
@@ -524,6 +525,47 @@ def test_ownership_yes_is_remembered_for_a_while_and_no_is_asked_again(client, u
     assert not worker.owns(f"{user}-other", project_id) and len(asked) == 4  # asked again
     now[0] += 0.2
     assert worker.owns(user, project_id) and len(asked) == 5  # expired: asked again
+
+
+def test_a_read_older_than_a_change_here_is_not_remembered(client, user):
+    # A request read the project's row while a PATCH (or DELETE) on this worker wrote a new one:
+    # the PATCH remembered its settings, then the read remembered the row it had read before, so
+    # the worker answered in the old zone (and bot rule) for the TTL after the PATCH's 200.
+    # Here the PATCH runs, on the real engine, just after the read and before it is remembered.
+    from tally.domain.projects import ProjectSettings
+    from tally.storage.projects import ProjectStore
+
+    storage = client.app.state.storage
+    now = [0.0]
+    worker = ProjectStore(storage, settings_ttl=5.0, clock=lambda: now[0])
+    project, _, _ = worker.create_project(user, "Site", "Pacific/Chatham")
+    now[0] += 5.0  # forgotten: the next request reads the row
+    read = worker.get_project
+
+    def read_then_patch(owner: str, project_id: str) -> Any:
+        row = read(owner, project_id)
+        worker.get_project = read  # the PATCH's own read is a plain one
+        worker.update_project(owner, project_id, timezone="America/New_York", exclude_bots=False)
+        return row
+
+    worker.get_project = read_then_patch  # type: ignore[method-assign]
+    # The request that began before the PATCH answers what it read ...
+    assert worker.owned_settings(user, project.id) == ProjectSettings("Pacific/Chatham", True)
+    # ... and every later one the PATCH's settings, at once.
+    assert worker.owned_settings(user, project.id) == ProjectSettings("America/New_York", False)
+
+    # The same with a DELETE: a row read before it is not served after its 204.
+    now[0] += 5.0
+
+    def read_then_delete(owner: str, project_id: str) -> Any:
+        row = read(owner, project_id)
+        worker.get_project = read
+        worker.mark_deleted(owner, row)
+        return row
+
+    worker.get_project = read_then_delete  # type: ignore[method-assign]
+    assert worker.owned_settings(user, project.id) is not None
+    assert worker.owned_settings(user, project.id) is None
 
 
 def test_owned_settings_follow_changes_here_at_once_and_elsewhere_within_the_ttl(client, user):

@@ -114,6 +114,9 @@ class ProjectStore:
         # (owner, project) -> (settings, expires at); insertion order: oldest first
         self._owned: dict[tuple[str, str], tuple[ProjectSettings, float]] = {}
         self._owned_lock = threading.Lock()
+        # Counts this process's changes of what it remembers (a write remembered, a project
+        # forgotten): a read that began before one is not remembered (see owned_settings).
+        self._changes = 0
         self._zones: set[str] = set()  # time zones the engine was found to know
 
     # --- projects ----------------------------------------------------------------------------
@@ -159,11 +162,14 @@ class ProjectStore:
         hit = self._owned.get(key)
         if hit is not None and hit[1] > self._clock():
             return hit[0]
+        changes = self._changes
         project = self.get_project(owner_id, project_id)
         if project is None:
             self._forget(project_id)
             return None
-        self._remember(owner_id, project_id, project.settings)
+        # A PATCH or DELETE here that ran while the row was read remembered the newer answer:
+        # the row read may be the older one, and remembering it would serve it for the TTL.
+        self._remember(owner_id, project_id, project.settings, read_after=changes)
         return project.settings
 
     def owns(self, owner_id: str, project_id: str) -> bool:
@@ -291,8 +297,20 @@ class ProjectStore:
             PROJECT_COLUMNS,
         )
 
-    def _remember(self, owner_id: str, project_id: str, settings: ProjectSettings) -> None:
+    def _remember(
+        self,
+        owner_id: str,
+        project_id: str,
+        settings: ProjectSettings,
+        read_after: int | None = None,
+    ) -> None:
+        """Remember ``settings``: a change this process wrote, or (``read_after``, the change
+        count when the read began) a row read, unless a change was remembered since."""
         with self._owned_lock:
+            if read_after is None:
+                self._changes += 1
+            elif read_after != self._changes:
+                return
             self._owned.pop((owner_id, project_id), None)
             self._owned[(owner_id, project_id)] = (settings, self._clock() + self.settings_ttl)
             while len(self._owned) > OWNED_CACHE_SIZE:
@@ -300,6 +318,7 @@ class ProjectStore:
 
     def _forget(self, project_id: str) -> None:
         with self._owned_lock:
+            self._changes += 1
             for key in [k for k in self._owned if k[1] == project_id]:
                 del self._owned[key]
 
