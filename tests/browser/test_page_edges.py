@@ -27,6 +27,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
@@ -537,4 +538,44 @@ def test_every_download_button_says_what_it_downloads(edge, browser, watch):
     assert len(set(names)) == len(names), names
     assert "Download CSV Visitors per day" in names
     page.context.close()
+    watch.assert_clean()
+
+
+def test_refresh_after_a_change_made_elsewhere_draws_the_new_zone(tally, browser, watch):
+    """The page kept the zone it was drawn in when the project's zone was changed elsewhere
+    (another tab, a co-owner, the API): Refresh asked the numbers again, which the API answered
+    in the new zone, under the old zone's note, range fields and hours."""
+    user = f"owner-{uuid.uuid4().hex[:8]}"
+    project_id, key = new_project(tally, user, "Zones")
+
+    def settle(**change: Any) -> None:
+        body = {"projectId": project_id, **change}
+        answer = httpx.patch(f"{tally}/api/projects", json=body, headers=headers(user))
+        assert answer.status_code == 200, answer.text
+
+    settle(timezone="America/New_York")
+    send(tally, key, {"name": "pageview", "path": "/", "visitorId": "v1"})
+    context = browser.new_context(viewport=DESKTOP)
+    page = watch(context.new_page())
+    page.goto(f"{tally}/?project={project_id}#token={token(user)}")
+    page.wait_for_selector("#summary")
+    note = "[data-testid=zone-note]"
+    assert page.text_content(note) == "Days and hours in America/New_York."
+
+    settle(timezone="Pacific/Chatham", name="Zones renamed")
+    page.click("#refresh")
+    pump(page, lambda: page.text_content(note) == "Days and hours in Pacific/Chatham.", "the zone")
+    page.wait_for_selector("#summary")
+    today = datetime.now(ZoneInfo("Pacific/Chatham")).date().isoformat()
+    assert page.input_value("#range-to") == today
+    assert "Zones renamed" in page.text_content("h1")
+    assert page.evaluate("document.activeElement.id") == "refresh"
+
+    # Nothing changed: Refresh keeps the view and asks the numbers again.
+    asked: list[str] = []
+    page.on("request", lambda q: asked.append(q.url))
+    page.click("#refresh")
+    pump(page, lambda: any("/api/dashboard?" in u for u in asked), "the numbers asked again")
+    assert page.text_content(note) == "Days and hours in Pacific/Chatham."
+    context.close()
     watch.assert_clean()

@@ -1595,8 +1595,35 @@
     live.id = 'live';
     const body = h('div', { id: 'dashboard' }, h('p', { class: 'muted', text: 'Loading the dashboard…' }));
     // Refresh on a later day than the view was drawn (past the zone's midnight) draws the view
-    // anew: its range fields, their latest day and the window's dates move with the day.
-    const refresh = h('button', { type: 'button', id: 'refresh', text: 'Refresh', onclick: () => (zoneToday(tz) === builtOn ? load() : (keepFocus('refresh'), render())) });
+    // anew: its range fields, their latest day and the window's dates move with the day. So
+    // does Refresh after the project's zone, bot rule or name changed elsewhere (another tab, a
+    // co-owner, the API): the days, hours and notes drawn for the old zone would contradict the
+    // numbers, which the API answers in the new one.
+    const changedElsewhere = async () => {
+      try {
+        const { projects } = await api('GET', '/api/projects');
+        const now = projects.find((x) => x.id === project.id);
+        return !now || now.timezone !== tz || now.excludeBots !== project.excludeBots || now.name !== project.name;
+      } catch (e) {
+        return false; // the numbers' own request says what is wrong
+      }
+    };
+    const refresh = h('button', {
+      type: 'button',
+      id: 'refresh',
+      text: 'Refresh',
+      onclick: () => {
+        const anew = () => {
+          keepFocus('refresh');
+          render();
+        };
+        if (zoneToday(tz) !== builtOn) return anew();
+        // The numbers are asked at once (the older ones stay, dimmed, meanwhile); the project
+        // beside them, and a change of it draws the view anew.
+        load();
+        changedElsewhere().then((changed) => changed && gen === generation && anew());
+      },
+    });
     // While the numbers are asked for again (Refresh), the old ones stay, dimmed, and this says so.
     const pending = h('span', { class: 'pending-note', id: 'dashboard-pending', role: 'status' });
     const exportStatus = h('span', { class: 'muted', id: 'export-status', 'aria-live': 'polite' });
