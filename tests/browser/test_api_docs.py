@@ -177,6 +177,32 @@ def dashboard(tally: str, user: str, params: dict[str, Any]) -> Any:
     return answer.json()
 
 
+def sent_and_opened(
+    tally: str,
+    browser: Any,
+    user: str,
+    project: str,
+    key: str,
+    events: list[dict[str, Any]],
+    view: dict[str, Any],
+) -> tuple[Any, Watch, Any]:
+    """Sends ``events``, waits until the dashboard of ``view`` counts them all, and opens the
+    dashboard page of that view, downloads allowed: (context, watch, page)."""
+    sent = httpx.post(f"{tally}/api/collect", json={"events": events}, headers={"x-api-key": key})
+    assert sent.status_code == 202
+    asked = {"projectId": project, **view}
+    wait_until(
+        lambda: dashboard(tally, user, asked)["summary"]["totalEvents"] == len(events), "events"
+    )
+    context = browser.new_context(viewport=DESKTOP, accept_downloads=True)
+    watch = Watch()
+    page = watch(context.new_page())
+    query = "".join(f"&{k}={v}" for k, v in view.items())
+    page.goto(f"{tally}/?project={project}{query}#token={token(user)}")
+    page.wait_for_selector("#summary")
+    return context, watch, page
+
+
 def saved(page: Any, selector: str) -> tuple[str, str]:
     with page.expect_download(timeout=30_000) as info:
         page.click(selector)
@@ -306,25 +332,13 @@ def test_raw_events_download_covers_a_day_that_ends_at_a_dst_jump(tally: str, br
         "/noon": datetime.combine(day, time(12), tzinfo=tz),
         "/last-hour": datetime.combine(day, time(23, 30), tzinfo=tz),
     }
-    sent = httpx.post(
-        f"{tally}/api/collect",
-        json={
-            "events": [
-                {"name": "pageview", "path": p, "visitorId": "v1", "occurredAt": t.isoformat()}
-                for p, t in times.items()
-            ]
-        },
-        headers={"x-api-key": key},
-    )
-    assert sent.status_code == 202
     assert times["/last-hour"].astimezone(UTC).date() == day + timedelta(days=1)
-    view = {"projectId": project, "from": day.isoformat(), "to": day.isoformat()}
-    wait_until(lambda: dashboard(tally, user, view)["summary"]["totalEvents"] == 2, "the events")
-    context = browser.new_context(viewport=DESKTOP, accept_downloads=True)
-    watch = Watch()
-    page = watch(context.new_page())
-    page.goto(f"{tally}/?project={project}&from={day}&to={day}#token={token(user)}")
-    page.wait_for_selector("#summary")
+    events = [
+        {"name": "pageview", "path": p, "visitorId": "v1", "occurredAt": t.isoformat()}
+        for p, t in times.items()
+    ]
+    view = {"from": day.isoformat(), "to": day.isoformat()}
+    context, watch, page = sent_and_opened(tally, browser, user, project, key, events, view)
     name, text = saved(page, "#export-events")
     assert name == f"tally-{project}-{day}-{day + timedelta(days=1)}.csv"
     events = list(csv.DictReader(io.StringIO(text)))
@@ -340,19 +354,8 @@ def test_raw_events_download_with_a_token_too_long_for_a_cookie(tally: str, brow
     user = f"owner-{uuid.uuid4().hex[:8]}-{'g' * 3000}"
     assert len(f"tally_session={token(user)}") > 4096
     project, key = new_project(tally, user, "Long token")
-    sent = httpx.post(
-        f"{tally}/api/collect",
-        json={"events": [{"name": "pageview", "path": "/long", "visitorId": "v1"}]},
-        headers={"x-api-key": key},
-    )
-    assert sent.status_code == 202
-    view = {"projectId": project, "days": 1}
-    wait_until(lambda: dashboard(tally, user, view)["summary"]["totalEvents"] == 1, "the event")
-    context = browser.new_context(viewport=DESKTOP, accept_downloads=True)
-    watch = Watch()
-    page = watch(context.new_page())
-    page.goto(f"{tally}/?project={project}#token={token(user)}")
-    page.wait_for_selector("#summary")
+    events = [{"name": "pageview", "path": "/long", "visitorId": "v1"}]
+    context, watch, page = sent_and_opened(tally, browser, user, project, key, events, {"days": 1})
     name, text = saved(page, "#export-events")
     assert name.startswith(f"tally-{project}-") and name.endswith(".csv")
     assert [e["path"] for e in csv.DictReader(io.StringIO(text))] == ["/long"]
