@@ -324,6 +324,19 @@ DEVICE_TYPES = {
     # a TV's browser: counted (ua-parser's device class for it is its desktop default)
     "LG webOS TV": (LG_WEBOS_TV, "desktop", 0),
     "Firefox": (NOT_BOTS["Firefox"], "desktop", 0),
+    # A browser on an Android tablet does not say "Mobile"; an Android app's own HTTP stack
+    # never does, on a phone too (a Galaxy S23 Ultra's was counted as a tablet).
+    "Chrome on an Android tablet": (
+        "Mozilla/5.0 (Linux; Android 14; SM-X700) AppleWebKit/537.36 (KHTML, like Gecko) "
+        "Chrome/120.0.0.0 Safari/537.36",
+        "tablet",
+        0,
+    ),
+    "Android app (Dalvik)": (
+        "Dalvik/2.1.0 (Linux; U; Android 14; SM-S918B Build/UP1A.231005.007)",
+        "mobile",
+        0,
+    ),
 }
 
 

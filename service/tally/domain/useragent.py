@@ -57,8 +57,10 @@ def classify(user_agent: str) -> Client:
     browser = result.user_agent.family if result.user_agent else "Other"
     os_family = result.os.family if result.os else "Other"
     lowered = user_agent.lower()
+    # An Android browser says "Mobile" on a phone and not on a tablet; an app's own HTTP stack
+    # (Dalvik, okhttp) never says it, and is on a phone far more often than not.
     if any(hint in lowered for hint in _TABLET_HINTS) or (
-        os_family == "Android" and "mobile" not in lowered
+        os_family == "Android" and "mobile" not in lowered and lowered.startswith("mozilla/")
     ):
         device_type = "tablet"
     elif os_family.lower() in _MOBILE_OS or "mobile" in lowered:
