@@ -102,10 +102,13 @@ def rows(settings: Settings | None = None) -> list[tuple[str, str]]:
         ("`sessionId`, `visitorId`", "at most 200 characters each"),
         (
             "`occurredAt`",
-            "ISO 8601 / RFC 3339 date-time from 1970 on (e.g. `2026-11-23T10:00:00Z`); no "
-            "offset means UTC; `t` and `z` in either case; up to nine fractional digits, kept to "
-            "the millisecond (cut, not rounded); a leap second (`23:59:60`) is the last "
-            "millisecond of its minute; omitted, or later than receipt, means the receipt time; "
+            "ISO 8601 / RFC 3339 date-time from 1970 on (e.g. `2026-11-23T10:00:00Z`), date "
+            "and time in the extended form (with `-` and `:`); no offset means UTC; an offset as "
+            "`Z`, `+05`, `+0530` or `+05:30`; a date alone (`2026-11-23`) is its 00:00 UTC (the "
+            "previous local day in a zone behind UTC: send the time); `t` and `z` in either "
+            "case; seconds optional; up to nine fractional digits, kept to the millisecond (cut, "
+            "not rounded); second `60` (a leap second, `23:59:60`) is the last millisecond of its "
+            "minute, in any minute; omitted, or later than receipt, means the receipt time; "
             + _oldest(s.retention_days),
         ),
         (
