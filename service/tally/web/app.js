@@ -1960,10 +1960,11 @@
   }
 
   // The UTC instant local day `iso` starts in zone, as Tally's server counts it: its first
-  // instant whose local date is `iso`. That is midnight less the zone's offset a day before or
-  // a day after (they differ only near a DST change), the earlier of the two that falls on the
-  // day. Where a change skips midnight (Atlantic/Azores: 00:00 to 01:00), only the offset before
-  // the change does: the day starts at the jump.
+  // instant whose local date is `iso` or later (a day a zone skipped whole, Pacific/Apia's
+  // 2011-12-30, starts where the next one does). That is midnight less the zone's offset a day
+  // before or a day after (they differ only near a change of offset), the earlier of the two
+  // that is on or after the day. Where a change skips midnight (Atlantic/Azores: 00:00 to 01:00),
+  // only the offset before the change is: the day starts at the jump.
   function zoneMidnight(iso, zone) {
     const wall = dayMs(iso);
     const offset = (t) => {
@@ -1971,7 +1972,7 @@
       return Date.UTC(p.y, p.m - 1, p.d, p.h, p.min, p.s) - Math.floor(t / 1000) * 1000;
     };
     const starts = [wall - offset(wall - DAY_MS), wall - offset(wall + DAY_MS)].filter(
-      (t) => zoneDate(zone, t) === iso && zoneDate(zone, t - 1) < iso
+      (t) => zoneDate(zone, t) >= iso && zoneDate(zone, t - 1) < iso
     );
     if (!starts.length) throw new Error(`no start of ${iso} found in ${zone}`);
     return Math.min(...starts);
