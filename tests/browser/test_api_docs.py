@@ -291,7 +291,17 @@ def test_panels_and_raw_events_download_as_csv(tally: str, browser: Any) -> None
     page.wait_for_selector("[data-panel=sources][data-state=error]")
     button = page.locator("[data-panel=sources] .panel-head button")
     assert button.get_attribute("data-csv") == f"tally-{project}-channel-7d.csv"
-    assert button.is_disabled()
+    # Said unavailable, and still a Tab stop (a disabled button is skipped without a word).
+    assert button.get_attribute("aria-disabled") == "true" and button.is_disabled()
+    button.focus()
+    assert page.evaluate("document.activeElement.getAttribute('aria-label')") == (
+        "Download CSV: Sources"
+    )
+    downloads: list[Any] = []
+    page.on("download", lambda d: downloads.append(d))
+    page.keyboard.press("Enter")
+    page.wait_for_timeout(500)
+    assert downloads == []
     page.unroute("**/api/breakdown?*by=channel*")
     page.click("[data-panel=sources] [role=tab][data-by=source]")
     page.wait_for_selector("[data-panel=sources][data-state=ready]")

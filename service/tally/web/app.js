@@ -1400,6 +1400,8 @@
     // The CSV of the rows shown, named after the project, the dimension and the view's range
     // (a country's name beside its code, as the panel shows it). Offered only while the panel
     // shows its rows: while a tab loads or after it failed, the rows at hand are another tab's.
+    // Marked aria-disabled rather than disabled, so that it keeps its Tab stop and a screen
+    // reader says it is unavailable (a disabled button is skipped without a word).
     const csvName = () => `tally-${project.id}-${current}-${rangeTag(r)}.csv`;
     const csvButton = h('button', {
       type: 'button',
@@ -1407,19 +1409,23 @@
       text: 'Download CSV',
       'aria-label': `Download CSV: ${spec.title}`,
       'data-csv': csvName(),
-      disabled: true,
-      onclick: () =>
-        current === 'country'
-          ? saveCsv(
-              csvName(),
-              ['country', 'name', 'visitors', 'pageviews', 'events'],
-              rows.map((x) => [x.value, countryName(x.value), x.visitors, x.pageviews, x.events])
-            )
-          : saveCsv(
-              csvName(),
-              [current, 'visitors', 'pageviews', 'events'],
-              rows.map((x) => [x.value, x.visitors, x.pageviews, x.events])
-            ),
+      'aria-disabled': 'true',
+      onclick: () => {
+        if (csvButton.getAttribute('aria-disabled') === 'true') return;
+        if (current === 'country') {
+          saveCsv(
+            csvName(),
+            ['country', 'name', 'visitors', 'pageviews', 'events'],
+            rows.map((x) => [x.value, countryName(x.value), x.visitors, x.pageviews, x.events])
+          );
+        } else {
+          saveCsv(
+            csvName(),
+            [current, 'visitors', 'pageviews', 'events'],
+            rows.map((x) => [x.value, x.visitors, x.pageviews, x.events])
+          );
+        }
+      },
     });
     // The ARIA tab pattern: one Tab stop for the row of tabs, arrows (Home, End) move along it
     // and show the tab they reach; the panel's rows are the tab panel.
@@ -1491,7 +1497,7 @@
       section.dataset.state = 'loading';
       section.setAttribute('aria-busy', 'true');
       section.dataset.by = by;
-      csvButton.disabled = true;
+      csvButton.setAttribute('aria-disabled', 'true');
       body.replaceChildren(h('p', { class: 'muted', text: 'Loading…' }));
       let answer;
       try {
@@ -1527,7 +1533,7 @@
       body.replaceChildren(by === 'country' ? h('div', { class: 'scroll-list' }, tableEl) : tableEl);
       if (mapBox) drawMap(mapBox, rows);
       section.dataset.state = 'ready';
-      csvButton.disabled = false;
+      csvButton.removeAttribute('aria-disabled');
     }
 
     load();
