@@ -1619,15 +1619,19 @@
       id: 'refresh',
       text: 'Refresh',
       onclick: () => {
-        const anew = () => {
+        if (zoneToday(tz) !== builtOn) {
           keepFocus('refresh');
-          render();
-        };
-        if (zoneToday(tz) !== builtOn) return anew();
+          return render();
+        }
         // The numbers are asked at once (the older ones stay, dimmed, meanwhile); the project
-        // beside them, and a change of it draws the view anew.
+        // beside them, and a change of it draws the view anew, the focus left where it is by
+        // then (on Refresh, or wherever the user has moved it meanwhile).
         load();
-        changedElsewhere().then((changed) => changed && gen === generation && anew());
+        changedElsewhere().then((changed) => {
+          if (!changed || gen !== generation) return;
+          keepFocus();
+          render();
+        });
       },
     });
     // While the numbers are asked for again (Refresh), the old ones stay, dimmed, and this says so.
