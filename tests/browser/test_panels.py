@@ -22,7 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
-from test_filters_page import point_at
+from test_filters_page import click_chart
 from test_site_owner import (  # noqa: F401 - fixtures
     ARTIFACTS,
     BROWSER_TESTS,
@@ -290,10 +290,12 @@ def test_clicking_a_row_filters_the_whole_dashboard(tally, shop, browser, watch)
     page.locator("[data-chart=countries]").scroll_into_view_if_needed()
     australia = page.locator("[data-chart=countries] path.choroplethlocation").nth(index)
     # plotly picks the country under the pointer on hover
-    assert "Australia" in point_at(page, "countries", australia)
-    page.mouse.down()
-    page.mouse.up()
-    page.wait_for_url(lambda url: "AU" in parse_qs(urlsplit(url).query).get("filters", [""])[0])
+    assert "Australia" in click_chart(
+        page,
+        "countries",
+        australia,
+        lambda url: "AU" in parse_qs(urlsplit(url).query).get("filters", [""])[0],
+    )
     filters = json.loads(parse_qs(urlsplit(page.url).query)["filters"][0])
     assert filters == [["is", "country", ["AU"]]]
     page.goto(f"{tally}/?project={project_id}&filters={json.dumps([['is', 'country', ['DE']]])}")

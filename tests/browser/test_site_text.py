@@ -30,7 +30,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_filters_page import chips, point_at, pump, url_view
+from test_filters_page import chips, click_chart, point_at, pump, url_view
 from test_site_owner import (  # noqa: F401 - fixtures: tally, site, browser, watch
     ARTIFACTS,
     BROWSER_TESTS,
@@ -174,10 +174,8 @@ def test_event_names_are_text_in_the_chart_and_bars_of_their_own(
         if viewport is DESKTOP:
             # A bar filters by its own name, not by the chart's escaped label.
             index = data.index(escaped("<b>x</b>"))
-            hover_text(page, index)
-            page.mouse.down()
-            page.mouse.up()
-            page.wait_for_url(lambda u: "filters=" in u)
+            bar = page.locator("[data-chart=events] .trace.bars .point path").nth(index)
+            click_chart(page, "events", bar, lambda u: "filters=" in u)
             page.wait_for_selector("#summary")
             assert url_view(page)["filters"] == [["is", "event", ["<b>x</b>"]]]
             assert chips(page) == ["Event is <b>x</b>"]
