@@ -373,10 +373,13 @@ def test_raw_events_download_with_a_token_too_long_for_a_cookie(tally: str, brow
     project, key = new_project(tally, user, "Long token")
     events = [{"name": "pageview", "path": "/long", "visitorId": "v1"}]
     context, watch, page = sent_and_opened(tally, browser, user, project, key, events, {"days": 1})
+    asked: list[str] = []
+    page.on("request", lambda q: asked.append(q.method) if "/api/export?" in q.url else None)
     name, text = saved(page, "#export-events")
     assert name.startswith(f"tally-{project}-") and name.endswith(".csv")
     assert [e["path"] for e in csv.DictReader(io.StringIO(text))] == ["/long"]
     assert context.cookies() == []
+    assert asked == ["GET"]  # its answer is the check: no HEAD before it
     page.get_by_text("Downloaded.").wait_for()
     context.close()
     watch.assert_clean()

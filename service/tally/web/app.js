@@ -1031,25 +1031,26 @@
   // The longest name=value a browser keeps as a cookie (4096 bytes, less room for the name).
   const COOKIE_MAX = 4000;
 
-  // GET `url` with the session's header and save the answer under the name Tally gives it.
-  async function fetchAndSave(url, status) {
-    status.textContent = 'Downloading: the file is saved once all of it has arrived.';
+  // `method` of an export URL with the session's header; the answer when it is a success, else
+  // null once `status` (or, for an expired session, the sign-in page) says why.
+  async function exportAnswer(url, method, status) {
     let res;
-    let blob;
     try {
-      res = await fetch(url, { headers: { authorization: `Bearer ${token.get()}` }, cache: 'no-store' });
-      if (res.ok) blob = await res.blob();
+      res = await fetch(url, { method, headers: { authorization: `Bearer ${token.get()}` }, cache: 'no-store' });
     } catch (e) {
       status.textContent = 'Tally could not be reached. Check the connection and try again.';
-      return;
+      return null;
+    }
+    if (res.status === 401) {
+      token.clear();
+      render('Your session has expired or was not accepted. Sign in again.');
+      return null;
     }
     if (!res.ok) {
       status.textContent = STATUS_TEXT[res.status] || `Tally answered ${res.status}.`;
-      return;
+      return null;
     }
-    const named = /filename="([^"]+)"/.exec(res.headers.get('content-disposition') || '');
-    saveBlob(blob, named ? named[1] : 'tally-export');
-    status.textContent = 'Downloaded.';
+    return res;
   }
 
   function saveCsv(filename, header, rows) {
@@ -1064,38 +1065,36 @@
     const [from, to] = days;
     const query = `projectId=${project.id}&from=${from}&to=${to}&format=csv`;
     status.textContent = 'Preparing the download…';
-    let res;
-    try {
-      // HEAD: the answer's status (session, project, range, rate limit) without the file.
-      res = await fetch(`/api/export?${query}`, { method: 'HEAD', headers: { authorization: `Bearer ${token.get()}` }, cache: 'no-store' });
-    } catch (e) {
-      status.textContent = 'Tally could not be reached. Check the connection and try again.';
+    const url = `/api/export?${query}`;
+    const cookie = `tally_session=${token.get()}`;
+    if (cookie.length > COOKIE_MAX) {
+      // Browsers keep no cookie over 4096 bytes, and an identity provider's token with many
+      // claims can be longer: then the file comes by a fetch with the header (its answer is the
+      // check), held in the page's memory until it is saved.
+      status.textContent = 'Downloading: the file is saved once all of it has arrived.';
+      const res = await exportAnswer(url, 'GET', status);
+      if (!res) return;
+      let blob;
+      try {
+        blob = await res.blob();
+      } catch (e) {
+        status.textContent = 'Tally could not be reached. Check the connection and try again.';
+        return;
+      }
+      const named = /filename="([^"]+)"/.exec(res.headers.get('content-disposition') || '');
+      saveBlob(blob, named ? named[1] : 'tally-export');
+      status.textContent = 'Downloaded.';
       return;
     }
-    if (res.status === 401) {
-      token.clear();
-      render('Your session has expired or was not accepted. Sign in again.');
-      return;
-    }
-    if (!res.ok) {
-      status.textContent = STATUS_TEXT[res.status] || `Tally answered ${res.status}.`;
-      return;
-    }
+    // HEAD: the answer's status (session, project, range, rate limit) without the file.
+    if (!(await exportAnswer(url, 'HEAD', status))) return;
     // The browser downloads the file itself: streamed to disk with its own progress, where a
     // fetch held all of it in the page's memory first (gigabytes for 90 days of a large site).
     // A link carries no header, so the session goes as the cookie Tally also reads, sent only to
     // /api/export, never cross-site, for a minute.
-    const cookie = `tally_session=${token.get()}`;
-    if (cookie.length > COOKIE_MAX) {
-      // Browsers keep no cookie over 4096 bytes, and an identity provider's token with many
-      // claims can be longer: then the file comes by a fetch with the header, held in the
-      // page's memory until it is saved.
-      await fetchAndSave(`/api/export?${query}`, status);
-      return;
-    }
     const secure = location.protocol === 'https:' ? '; Secure' : '';
     document.cookie = `${cookie}; Path=/api/export; Max-Age=60; SameSite=Strict${secure}`;
-    const link = h('a', { href: `/api/export?${query}`, download: '', hidden: true });
+    const link = h('a', { href: url, download: '', hidden: true });
     document.body.append(link);
     link.click();
     link.remove();
@@ -1946,18 +1945,22 @@
     return { y: get('year'), m: get('month'), d: get('day'), h: get('hour'), min: get('minute'), s: get('second') };
   }
 
+  // YYYY-MM-DD of zoneParts' answer.
+  function partsDate(p) {
+    return `${String(p.y).padStart(4, '0')}-${String(p.m).padStart(2, '0')}-${String(p.d).padStart(2, '0')}`;
+  }
+
   // The instant `iso` as a local date and time in zone (YYYY-MM-DD HH:MM:SS.mmm), for files.
   function localStamp(iso, zone) {
     const t = Date.parse(iso);
     const p = zoneParts(zone, t);
     const two = (n) => String(n).padStart(2, '0');
-    return `${zoneDate(zone, t)} ${two(p.h)}:${two(p.min)}:${two(p.s)}.${String(((t % 1000) + 1000) % 1000).padStart(3, '0')}`;
+    return `${partsDate(p)} ${two(p.h)}:${two(p.min)}:${two(p.s)}.${String(((t % 1000) + 1000) % 1000).padStart(3, '0')}`;
   }
 
   // The local date (YYYY-MM-DD) of the instant t in zone.
   function zoneDate(zone, t) {
-    const p = zoneParts(zone, t);
-    return `${String(p.y).padStart(4, '0')}-${String(p.m).padStart(2, '0')}-${String(p.d).padStart(2, '0')}`;
+    return partsDate(zoneParts(zone, t));
   }
 
   // Today's date in the project's zone: the last day of its "last N days".
