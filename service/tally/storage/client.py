@@ -24,6 +24,7 @@ from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError, ProgrammingError
 
 from ..config import DATABASE_NAME
+from .dedup_log import forget_uncommitted_blocks
 
 T = TypeVar("T")
 
@@ -208,6 +209,9 @@ class Storage:
         self.cluster = cluster
         self._pool: queue.LifoQueue[Client] = queue.LifoQueue()
         self._clients: list[Client] = []
+        if target.kind == "chdb":
+            # Before the engine opens: blocks a crash recorded but never stored (dedup_log.py).
+            forget_uncommitted_blocks(target.path)
         first = connect(target, database="")
         try:
             first.command(f"CREATE DATABASE IF NOT EXISTS {self.database}")

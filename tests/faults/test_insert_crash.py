@@ -1,0 +1,262 @@
+"""SIGKILL inside the loader's INSERT, at each table's commit, with the embedded engine.
+
+ClickHouse records an inserted block's id (the deduplication token's) before it renames the
+block's new part, which is the part's commit; with the embedded engine that is Tally's own
+process. A clean-clone CI run lost a whole segment of acknowledged events (1,280) when a kill
+landed between the two: the segment, loaded again after the restart under its token, was taken
+for a duplicate (storage/dedup_log.py).
+
+Here the loader runs in a process of its own under ``strace``, which kills it with SIGKILL as it
+makes the k-th ``rename`` call, for every k the INSERT makes: one part per table, ``events``
+first and then each rollup. A real ``tally serve`` then restarts on the folder and loads the
+segment again. Every event must be in ``events`` exactly once, and in every rollup exactly once
+(each rollup's count equals what ``events`` holds). Without ``strace`` (a machine with only
+Python) those runs skip; the last test makes the same state by hand and runs everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_crash import new_key, stored_ids
+from test_wal_crash import backlog_loaded, wait_for
+
+from served import Server
+from tally.storage.dedup_log import forget_uncommitted_blocks
+
+pytestmark = pytest.mark.slow
+
+EVENTS = 60
+
+# The loader of a `tally serve` worker, alone in a process: loads every sealed segment the data
+# folder's log holds, then exits.
+LOAD = """
+import asyncio, sys
+from pathlib import Path
+from tally.storage.client import Storage, parse_url
+from tally.storage.ingestlog import IngestLog
+from tally.storage.loader import Loader
+from tally.storage.writer import LOGGED_COLUMNS, segment_inserter
+
+data = Path(sys.argv[1])
+storage = Storage(parse_url(f"chdb://{data / 'clickhouse'}"), 2)
+log = IngestLog(data / "log", LOGGED_COLUMNS, cap_bytes=1 << 30, seal_bytes=1 << 30, seal_age=3600)
+log.open()
+
+async def main():
+    loader = Loader(log, segment_inserter(storage))
+    log.start()
+    loader.start()
+    await loader.flush()
+    await log.stop()
+    await loader.stop(5)
+
+asyncio.run(main())
+"""
+
+# The embedded engine open on a folder, and kept open until killed.
+HOLD = """
+import sys, time
+import clickhouse_connect
+client = clickhouse_connect.get_client(dsn="chdb://" + sys.argv[1])
+client.query("SELECT count() FROM tally.events")
+print("open", flush=True)
+time.sleep(600)
+"""
+
+# What each rollup counts of the events, next to what it holds (read by a process of its own:
+# the embedded engine allows one process per folder).
+READ_ROLLUPS = """
+import json, sys
+import clickhouse_connect
+client = clickhouse_connect.get_client(dsn="chdb://" + sys.argv[1])
+counted = {
+    "events_daily": "count()", "events_hourly": "count()", "clients_daily": "count()",
+    "visitors_daily": "count()", "events_quarter": "count()", "visitors_quarter": "count()",
+    "audience_quarter": "count()", "sessions_daily": "count()", "sessions_quarter": "count()",
+    "paths_daily": "countIf(name = 'pageview' AND path != '')",
+    "referrers_daily": "countIf(name = 'pageview' AND referrer != '')",
+}
+out = {}
+for table, expected in counted.items():
+    column = "views" if table in ("paths_daily", "referrers_daily") else "events"
+    held = client.query(f"SELECT sum({column}) FROM tally.{table}").result_rows[0][0]
+    want = client.query(f"SELECT {expected} FROM tally.events").result_rows[0][0]
+    out[table] = [int(held), int(want)]
+print(json.dumps(out))
+"""
+
+
+def strace_works() -> str:
+    """Why ``strace`` cannot kill a process at a syscall here ("" when it can)."""
+    if shutil.which("strace") is None:
+        return "strace is not installed (.ci/run installs it)"
+    probe = subprocess.run(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=rename", "true"],
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode != 0:
+        return f"strace cannot trace here: {probe.stderr.strip()[:200]}"
+    return ""
+
+
+def loader(data: Path, strace: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*strace, sys.executable, "-c", LOAD, str(data)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def segments(data: Path) -> list[Path]:
+    return sorted(data.glob("log/*/*.seg"))
+
+
+@pytest.fixture(scope="module")
+def unloaded(tmp_path_factory) -> tuple[Path, set[str]]:
+    """A data folder a real `tally serve` left with one acknowledged segment not yet loaded
+    (stopped before its load, then killed), and the ids of its events."""
+    data = tmp_path_factory.mktemp("unloaded")
+    server = Server(data, TALLY_FAULT_PAUSE_AT="before_load", TALLY_LOG_SEAL_AGE_MS="50")
+    try:
+        key = new_key(server.url)
+        ids = {f"e{n}" for n in range(EVENTS)}
+        events = [
+            {
+                "name": "pageview" if n % 3 else "signup",
+                "sessionId": f"s{n % 7}",
+                "visitorId": f"v{n % 5}",
+                "url": f"https://example.com/p{n % 4}",
+                "referrer": "https://news.example.org/" if n % 2 else "",
+                "metadata": {"uid": f"e{n}"},
+            }
+            for n in range(EVENTS)
+        ]
+        answer = httpx.post(
+            f"{server.url}/api/collect", json={"events": events}, headers={"x-api-key": key}
+        )
+        assert answer.status_code == 202, answer.text
+        wait_for((data / "fault-paused").exists, "the loader to reach its INSERT")
+    finally:
+        server.kill()
+        server.proc.wait(timeout=30)
+        server.log.close()
+    time.sleep(0.5)  # the worker, killed with the group, lets go of the folder
+    assert len(segments(data)) == 1
+    (data / "fault-paused").unlink()
+    return data, ids
+
+
+def restart_and_load(data: Path) -> None:
+    restarted = Server(data)  # forgets what the crash recorded, then loads the log
+    try:
+        wait_for(lambda: backlog_loaded(restarted.url), "the backlog to be loaded")
+    finally:
+        assert restarted.stop() == 0
+    assert not segments(data)
+
+
+def assert_stored_once(data: Path, ids: set[str]) -> None:
+    stored = stored_ids(data)
+    assert set(stored) == ids, f"{len(ids - set(stored))} acknowledged events lost"
+    assert not {uid for uid, n in stored.items() if n > 1}, "events stored twice"
+    out = subprocess.run(
+        [sys.executable, "-c", READ_ROLLUPS, str(data / "clickhouse")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    rollups = json.loads(out.stdout)
+    wrong = {table: pair for table, pair in rollups.items() if pair[0] != pair[1]}
+    assert not wrong, f"rollups that do not count each event once ([held, events]): {wrong}"
+
+
+def test_sigkill_at_each_commit_of_an_insert_loses_nothing_and_counts_nothing_twice(
+    tmp_path, unloaded
+):
+    why = strace_works()
+    if why:
+        pytest.skip(why)
+    template, ids = unloaded
+    # A run without a kill: the renames the load makes, each one a part's commit.
+    dry = tmp_path / "dry"
+    shutil.copytree(template, dry, symlinks=True)
+    trace = tmp_path / "renames.txt"
+    done = loader(dry, ["strace", "-f", "-qq", "-o", str(trace), "-e", "trace=rename"])
+    assert done.returncode == 0, done.stderr[-2000:]
+    renames = [line for line in trace.read_text().splitlines() if "rename(" in line]
+    assert len(renames) >= 10, renames  # events and its rollups
+    assert all("/tmp_insert_" in line for line in renames), renames
+    assert_stored_once(dry, ids)
+
+    for k in range(1, len(renames) + 1):
+        data = tmp_path / f"kill-at-{k}"
+        shutil.copytree(template, data, symlinks=True)
+        inject = f"inject=rename:signal=KILL:when={k}"
+        killed = loader(data, ["strace", "-f", "-qq", "-o", "/dev/null", "-e", inject])
+        assert killed.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL), (
+            f"the loader was not killed at rename {k}: {killed.returncode} {killed.stderr[-500:]}"
+        )
+        assert len(segments(data)) == 1, f"the segment left the log at rename {k}"
+        restart_and_load(data)
+        assert_stored_once(data, ids)
+
+
+def test_a_block_recorded_but_never_committed_is_loaded_again(tmp_path, unloaded):
+    """The state such a kill leaves, made by hand: the segment loaded once, then the part that
+    load committed to ``events`` removed with the engine closed, and the segment put back.
+    ClickHouse still holds the block's record; a restart must store the segment in ``events``
+    again, and not in the rollups, which hold it."""
+    template, ids = unloaded
+    data = tmp_path / "data"
+    shutil.copytree(template, data, symlinks=True)
+    [segment] = segments(data)
+    kept = segment.read_bytes()
+    done = loader(data, [])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not segments(data)
+    table = events_folder(data)
+    parts = [p for p in table.iterdir() if p.is_dir() and p.name[0].isdigit()]
+    assert len(parts) == 1, parts
+    shutil.rmtree(parts[0])
+    segment.write_bytes(kept)
+
+    # While an engine has the folder open its records are live (its own INSERTs may be between
+    # the record and the rename): nothing is forgotten then.
+    logs = sorted((table / "deduplication_logs").iterdir())
+    before = [p.read_bytes() for p in logs]
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(data / "clickhouse")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        assert forget_uncommitted_blocks(str(data / "clickhouse")) == 0
+        assert [p.read_bytes() for p in logs] == before
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+
+    restart_and_load(data)
+    assert_stored_once(data, ids)
+
+
+def events_folder(data: Path) -> Path:
+    """The folder of ``tally.events`` in the engine's store (its metadata names its uuid)."""
+    engine = data / "clickhouse"
+    text = (engine / "metadata" / "tally" / "events.sql").read_text()
+    uuid = text.split("UUID '", 1)[1].split("'", 1)[0]
+    return engine / "store" / uuid[:3] / uuid
