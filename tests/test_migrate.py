@@ -74,6 +74,38 @@ def test_applied_backfills_do_not_run_again_at_the_next_start(chdb_path):
         storage.close()
 
 
+def test_a_backfill_after_a_comment_does_not_run_again_either(chdb_path):
+    """Schema 007's events_quarter backfill is preceded by a comment, which hid it from the
+    backfill check: it ran at every start, and filled the table from ``events`` whenever the table
+    was empty while ``events`` was not. A crash between the commit of an INSERT's ``events`` part
+    and its events_quarter part leaves just that; the restart then filled events_quarter from
+    ``events`` and the reload of the segment added the same events again (counted twice; found
+    by tests/faults/test_insert_crash.py). Here the table is emptied by hand instead."""
+    from tally.storage.migrate import _BACKFILL
+    from tally.storage.writer import events_inserter
+    from test_writer import event_row
+
+    fills = [
+        (migration.name, statement)
+        for migration in load_migrations()
+        for statement in migration.statements("db")
+        if "INSERT INTO" in statement or " MATERIALIZE PROJECTION" in statement
+    ]
+    assert len(fills) >= 9
+    assert [name for name, statement in fills if not _BACKFILL.match(statement)] == []
+
+    target = parse_url(f"chdb://{chdb_path}?database=c_{uuid.uuid4().hex[:10]}")
+    storage = Storage(target, pool_size=1)
+    try:
+        migrate(storage)
+        events_inserter(storage)([event_row("e" * 24, "pageview", "/a")], uuid.uuid4().hex)
+        storage.command(f"TRUNCATE TABLE {storage.database}.events_quarter")
+        assert migrate(storage) == []
+        assert row_counts(storage).get("events_quarter", 0) == 0
+    finally:
+        storage.close()
+
+
 # Every schema file's checksum as released. `tally migrate` records it. A file whose SQL changed
 # counts as not applied where it was recorded, and its one-time backfills (INSERT ... SELECT,
 # MATERIALIZE PROJECTION) run again at the next start of every deployment; a change of comments

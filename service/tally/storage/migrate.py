@@ -205,8 +205,8 @@ def split_statements(sql: str) -> list[str]:
     current: list[str] = []
     for line in sql.splitlines():
         stripped = line.strip()
-        if stripped.startswith("--") and not current:
-            continue
+        if stripped.startswith("--") and not any(part.strip() for part in current):
+            continue  # a comment before a statement (after the blank line that ends the last)
         current.append(line)
         if stripped.endswith(";"):
             out.append("\n".join(current).rstrip().rstrip(";"))
