@@ -11,7 +11,6 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -248,10 +247,8 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
         lifespan=[lifespan],
         exception_handlers=EXCEPTION_HANDLERS,
         # The document states every limit and default, as configured (http/limits_doc.py).
-        openapi_config=replace(
-            openapi_doc.OPENAPI,
-            description=f"{openapi_doc.OPENAPI.description}\n\n## Limits and defaults\n\n"
-            + markdown(settings),
+        openapi_config=openapi_doc.openapi_config(
+            f"{openapi_doc.DESCRIPTION}\n\n## Limits and defaults\n\n" + markdown(settings)
         ),
         cors_config=CORS,
         before_send=[add_security_headers, true_allow],

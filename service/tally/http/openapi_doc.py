@@ -52,32 +52,46 @@ def _version() -> str:
         return "0.0.0"
 
 
-OPENAPI = OpenAPIConfig(
-    title="Tally",
-    version=_version(),
-    description="Web analytics on ClickHouse: collect events, manage projects and keys, "
-    "read dashboards.",
-    path="/api/schema",
-    # Swagger UI from Tally's own files (http/docs.py): the docs open offline, under a strict CSP.
-    render_plugins=render_plugins(),
-    openapi_router=docs_router("/api/schema"),
-    components=Components(
-        security_schemes={
-            "session": SecurityScheme(type="http", scheme="bearer", bearer_format="JWT"),
-            "sessionCookie": SecurityScheme(
-                type="apiKey",
-                name=SESSION_COOKIE,
-                security_scheme_in="cookie",
-                description="the same JWT as a cookie (the dashboard page's sign-in); a POST "
-                "with it must declare Content-Type: application/json. Not for this page's Try it "
-                "out: a browser does not let a page set a Cookie header, so the request goes "
-                "without it (401); authorize with `session` (the bearer token) here",
-            ),
-            "apiKey": SecurityScheme(type="apiKey", name="x-api-key", security_scheme_in="header"),
-            "apiKeyQuery": SecurityScheme(type="apiKey", name="apiKey", security_scheme_in="query"),
-        }
-    ),
+DESCRIPTION = (
+    "Web analytics on ClickHouse: collect events, manage projects and keys, read dashboards."
 )
+
+
+def openapi_config(description: str = DESCRIPTION) -> OpenAPIConfig:
+    """The document's configuration, made anew for each app: ``dataclasses.replace`` of one
+    config ran Litestar's ``__post_init__`` again on the deprecated fields it fills in itself
+    (``root_schema_site``, ``enabled_endpoints``), a deprecation warning per app built."""
+    return OpenAPIConfig(
+        title="Tally",
+        version=_version(),
+        description=description,
+        path="/api/schema",
+        # Swagger UI from Tally's own files (http/docs.py): the docs open offline, under a
+        # strict CSP.
+        render_plugins=render_plugins(),
+        openapi_router=docs_router("/api/schema"),
+        components=Components(
+            security_schemes={
+                "session": SecurityScheme(type="http", scheme="bearer", bearer_format="JWT"),
+                "sessionCookie": SecurityScheme(
+                    type="apiKey",
+                    name=SESSION_COOKIE,
+                    security_scheme_in="cookie",
+                    description="the same JWT as a cookie (the dashboard page's sign-in); a "
+                    "POST with it must declare Content-Type: application/json. Not for this page's "
+                    "Try it out: a browser does not let a page set a Cookie header, so the request "
+                    "goes without it (401); authorize with `session` (the bearer token) here",
+                ),
+                "apiKey": SecurityScheme(
+                    type="apiKey", name="x-api-key", security_scheme_in="header"
+                ),
+                "apiKeyQuery": SecurityScheme(
+                    type="apiKey", name="apiKey", security_scheme_in="query"
+                ),
+            }
+        ),
+    )
+
 
 # Working request bodies, by path and method (the projectId is an example's: 404 as it stands).
 _PROJECT_ID = "6b0316208f1c4a2e9d5b7c11"
