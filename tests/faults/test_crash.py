@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -31,15 +32,21 @@ print(json.dumps(dict(rows)))
 """
 
 
-def stored_ids(data: Path) -> dict[str, int]:
+def engine_read(script: str, data: Path) -> Any:
+    """What ``script`` prints (JSON) when run on the data folder's engine by a process of its own
+    (the embedded engine allows one process per folder)."""
     out = subprocess.run(
-        [sys.executable, "-c", READ_IDS, str(data / "clickhouse")],
+        [sys.executable, "-c", script, str(data / "clickhouse")],
         capture_output=True,
         text=True,
         check=True,
         timeout=120,
     )
     return json.loads(out.stdout)
+
+
+def stored_ids(data: Path) -> dict[str, int]:
+    return engine_read(READ_IDS, data)
 
 
 def ingest_until(

@@ -16,7 +16,6 @@ Python) those runs skip; the last test makes the same state by hand and runs eve
 
 from __future__ import annotations
 
-import json
 import shutil
 import signal
 import subprocess
@@ -29,7 +28,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_crash import new_key, stored_ids
+from test_crash import engine_read, new_key, stored_ids
 from test_wal_crash import backlog_loaded, wait_for
 
 from served import Server
@@ -75,8 +74,7 @@ print("open", flush=True)
 time.sleep(600)
 """
 
-# What each rollup counts of the events, next to what it holds (read by a process of its own:
-# the embedded engine allows one process per folder).
+# What each rollup counts of the events, next to what it holds.
 READ_ROLLUPS = """
 import json, sys
 import clickhouse_connect
@@ -173,14 +171,7 @@ def assert_stored_once(data: Path, ids: set[str]) -> None:
     stored = stored_ids(data)
     assert set(stored) == ids, f"{len(ids - set(stored))} acknowledged events lost"
     assert not {uid for uid, n in stored.items() if n > 1}, "events stored twice"
-    out = subprocess.run(
-        [sys.executable, "-c", READ_ROLLUPS, str(data / "clickhouse")],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    rollups = json.loads(out.stdout)
+    rollups = engine_read(READ_ROLLUPS, data)
     wrong = {table: pair for table, pair in rollups.items() if pair[0] != pair[1]}
     assert not wrong, f"rollups that do not count each event once ([held, events]): {wrong}"
 
