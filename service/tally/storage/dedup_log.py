@@ -37,7 +37,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["forget_uncommitted_blocks"]
+__all__ = ["forget_uncommitted_blocks", "uncommitted_blocks"]
 
 log = logging.getLogger("tally.storage")
 
@@ -83,7 +83,7 @@ def forget_uncommitted_blocks(engine_path: str) -> int:
         except OSError:
             return 0  # the engine is open (in this process or another): its records are live
         forgotten = 0
-        for logs in sorted(root.glob("store/*/*/deduplication_logs")):
+        for logs in _tables(root):
             try:
                 forgotten += _repair_table(logs, root)
             except OSError as exc:
@@ -93,14 +93,38 @@ def forget_uncommitted_blocks(engine_path: str) -> int:
         os.close(status)  # drops the flock
 
 
-def _repair_table(logs: Path, root: Path) -> int:
+def uncommitted_blocks(engine_path: str) -> list[str]:
+    """The parts (``table part``) that tables under ``engine_path`` recorded and do not hold,
+    read while the engine is open: after an INSERT that failed in this process (a rename refused
+    by a failing disk), the engine still takes that block for stored, until it is opened again.
+    Meant for when no other INSERT with a token runs (the loader's own failure)."""
+    root = Path(engine_path)
+    found = []
+    for logs in _tables(root):
+        try:
+            orphans = _orphans(logs)
+        except OSError:
+            continue
+        if orphans:
+            name = _table_name(root, logs.parent.name)
+            found += [f"{name} {part}" for _, part in orphans[1]]
+    return found
+
+
+def _tables(root: Path) -> list[Path]:
+    return sorted(root.glob("store/*/*/deduplication_logs"))
+
+
+def _orphans(logs: Path) -> tuple[Path, list[tuple[str, str]]] | None:
+    """The table's last log file and its recorded blocks (id, part) whose part is not on disk;
+    None when it has no log, or one with a record this Tally does not read."""
     files = sorted(
         (int(m.group(1)), logs / m.group(0))
         for m in (LOG_NAME.match(name) for name in os.listdir(logs))
         if m is not None
     )
     if not files:
-        return 0
+        return None
     live: dict[str, str] = {}  # block id -> part name, in the order the engine replays them
     for _, path in files:
         for line in _complete_lines(path):
@@ -109,23 +133,28 @@ def _repair_table(logs: Path, root: Path) -> int:
                 log.warning(
                     "%s holds a record this Tally does not read (%r): left as it is", path, line
                 )
-                return 0
+                return None
             operation, part_name, block_id = fields
             if operation == ADD:
                 live[block_id] = part_name
             else:
                 live.pop(block_id, None)
-    table = logs.parent
-    on_disk = [p for p in map(_Part.parse, os.listdir(table)) if p is not None]
+    on_disk = [p for p in map(_Part.parse, os.listdir(logs.parent)) if p is not None]
     orphans = [
         (block_id, part_name)
         for block_id, part_name in live.items()
         if (part := _Part.parse(part_name)) is not None
         and not any(disk.covers(part) for disk in on_disk)
     ]
-    if not orphans:
+    return files[-1][1], orphans
+
+
+def _repair_table(logs: Path, root: Path) -> int:
+    found = _orphans(logs)
+    if found is None or not found[1]:
         return 0
-    last = files[-1][1]
+    last, orphans = found
+    table = logs.parent
     _cut_torn_line(last)
     records = "".join(f"{DROP}\t{part}\t{block}\n" for block, part in orphans)
     with open(last, "a", encoding="utf-8") as fh:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -31,6 +32,7 @@ from .ingestlog import (
     read_segment,
     say_damaged,
 )
+from .writer import StaleDeduplication
 
 __all__ = ["Loader", "SegmentInsert"]
 
@@ -40,6 +42,8 @@ log = logging.getLogger("tally.loader")
 SegmentInsert = Callable[[Sequence[str], bytes, str], None]
 
 ADOPT_INTERVAL = 10.0  # seconds between looks for slots left by workers that are gone
+# The exit status of a process stopped because its embedded engine must be opened again.
+RESTART_EXIT_STATUS = 75  # EX_TEMPFAIL
 
 
 class Loader:
@@ -145,6 +149,8 @@ class Loader:
             for segment in segments:
                 try:
                     await self._load(segment)
+                except StaleDeduplication as exc:
+                    self._restart(f"cannot load {segment.path.name}: {exc}")
                 except Exception as exc:
                     self.failures += 1
                     self.last_error = str(exc)
@@ -178,6 +184,19 @@ class Loader:
             self.planned_wakes.append(time.monotonic() + wait)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.log.changed.wait(), max(wait, 0.001))
+
+    def _restart(self, reason: str) -> None:
+        """Stop this process at once, as a kill would: loading the segment again here would be
+        dropped as a duplicate and the segment deleted, its events lost. The next process (a
+        respawned worker, or the service manager's restart) forgets the engine's stale records
+        when it opens the engine (dedup_log.py) and loads the segment, still on disk."""
+        log.critical(
+            "%s. This process exits now, so that the engine is opened again; the segment stays "
+            "in the ingest log and loads in the next process",
+            reason,
+        )
+        logging.shutdown()
+        os._exit(RESTART_EXIT_STATUS)
 
     async def _blocking(self, fn: Callable[..., None], *args: object) -> None:
         """``fn(*args)`` on the loader's own thread."""

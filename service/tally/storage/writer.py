@@ -15,11 +15,13 @@ from typing import Any
 import msgspec
 
 from .client import Storage, StorageUnavailable
+from .dedup_log import uncommitted_blocks
 
 __all__ = [
     "EVENT_COLUMNS",
     "INSERT_SETTINGS",
     "LOGGED_COLUMNS",
+    "StaleDeduplication",
     "StorageUnavailable",
     "events_inserter",
     "segment_inserter",
@@ -101,6 +103,13 @@ EMBEDDED_INSERT_SETTINGS: dict[str, Any] = {
 InsertFn = Callable[[list[tuple[Any, ...]], str], None]
 
 
+class StaleDeduplication(Exception):
+    """An INSERT failed in the embedded engine after a table recorded its block and before it
+    stored it (a rename refused by a failing disk): the engine now takes that block for stored,
+    and drops the INSERT again as a duplicate, until it is opened again (storage/dedup_log.py
+    then forgets the record)."""
+
+
 def segment_inserter(
     storage: Storage, fault_file: str = "", *, loader: bool = True
 ) -> Callable[[Sequence[str], bytes, str], None]:
@@ -124,13 +133,20 @@ def segment_inserter(
         # releases the GIL): the Python side of an INSERT costs well under a microsecond per
         # event. A Native block built by clickhouse-connect in Python cost ~6 µs per event, all
         # of it under the GIL that the HTTP side needs.
-        storage.raw_insert(
-            table,
-            columns,
-            body,
-            fmt="JSONCompactEachRow",
-            settings={**INSERT_SETTINGS, **background, "insert_deduplication_token": token},
-        )
+        try:
+            storage.raw_insert(
+                table,
+                columns,
+                body,
+                fmt="JSONCompactEachRow",
+                settings={**INSERT_SETTINGS, **background, "insert_deduplication_token": token},
+            )
+        except Exception as exc:
+            if storage.target.kind == "chdb" and (stale := uncommitted_blocks(storage.target.path)):
+                raise StaleDeduplication(
+                    f"the embedded engine recorded blocks it did not store ({', '.join(stale)})"
+                ) from exc
+            raise
         if fault == "lose":
             raise StorageUnavailable("injected fault: answer lost after the insert")
 
