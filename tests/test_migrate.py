@@ -611,3 +611,56 @@ def test_project_tables_in_cluster_mode_are_the_local_ones(chdb_path, tmp_path):
         assert "api_keys_local" not in found
     finally:
         storage.close()
+
+
+def test_a_backfill_stopped_part_way_is_done_again_whole(chdb_path):
+    """Schema 007's events_quarter backfill commits one part per month. A kill of `tally migrate`
+    after the first of them left the table with that month only; the run after saw a table that
+    was not empty, skipped the backfill and recorded 007, and the 15-minute rollup missed the
+    other months for good (measured with a kill at the part's rename). The state such a kill
+    leaves is made here by running 007 up to that backfill, for its first month only."""
+    from tally.storage.migrate import _GUARDED
+
+    target = parse_url(f"chdb://{chdb_path}?database=h_{uuid.uuid4().hex[:10]}")
+    storage = Storage(target, pool_size=1)
+    db = storage.database
+    try:
+        migrate_before(storage, 7)
+        storage.command(
+            f"INSERT INTO {db}.events (project_id, name, occurred_at, received_at, session_id, "
+            "visitor_id) SELECT repeat('f', 24), if(number % 3 = 0, 'signup', 'pageview'), "
+            "toDateTime64('2024-05-01 00:00:00', 3, 'UTC') + number * 2000 AS at, at, "
+            "concat('s', toString(number % 50)), concat('v', toString(number % 30)) "
+            "FROM numbers(3600)"
+        )
+        [schema_007] = [m for m in load_migrations() if m.version == 7]
+        for statement in schema_007.statements(db):
+            if _GUARDED.match(statement.strip()):
+                first_month = statement.replace(
+                    "\nGROUP BY", "\n  AND toYYYYMM(occurred_at) = 202405\nGROUP BY", 1
+                )
+                assert first_month != statement
+                storage.command(first_month)
+                break
+            storage.command(statement)
+        assert 0 < storage.query(f"SELECT sum(events) FROM {db}.events_quarter")[0][0] < 3600
+
+        assert "007_local_time_and_bots" in migrate(storage)
+        wrong = storage.query(
+            f"SELECT count() FROM (SELECT project_id, toStartOfFifteenMinutes(occurred_at) AS "
+            f"bucket, name, is_bot, count() AS n FROM {db}.events GROUP BY ALL) AS e "
+            f"FULL OUTER JOIN (SELECT project_id, bucket, name, is_bot, sum(events) AS n "
+            f"FROM {db}.events_quarter GROUP BY ALL) AS q USING (project_id, bucket, name, is_bot) "
+            "WHERE e.n != q.n SETTINGS join_use_nulls = 0"
+        )[0][0]
+        assert wrong == 0
+        for table, want in [
+            ("events_quarter", "count()"),
+            ("visitors_quarter", "countIf(visitor_id != '')"),
+            ("sessions_quarter", "count()"),
+            ("audience_quarter", "count()"),
+        ]:
+            held = storage.query(f"SELECT sum(events) FROM {db}.{table}")[0][0]
+            assert held == storage.query(f"SELECT {want} FROM {db}.events")[0][0], table
+    finally:
+        storage.close()
