@@ -146,9 +146,12 @@ class SegmentContents:
         return b"".join(payload for _, _, payload in self.records)
 
 
-def read_segment(path: Path) -> SegmentContents:
-    """Parse a segment; stop at the first incomplete or damaged frame (a torn tail)."""
+def read_segment(path: Path, limit: int | None = None) -> SegmentContents:
+    """Parse a segment; stop at the first incomplete or damaged frame (a torn tail). With
+    ``limit``, only its first ``limit`` bytes: the log's own count of acknowledged ones."""
     data = path.read_bytes()
+    if limit is not None:
+        data = data[:limit]
     contents = SegmentContents(None, [], 0, [], 0, len(data))
     offset = 0
     while offset + FRAME.size <= len(data):
@@ -730,7 +733,9 @@ class IngestLog:
                 _restamp(segment, earliest)
         except OSError:
             # Undo: the file ends with its last complete record again. If even that fails, the
-            # segment is sealed at that length and recovery cuts the rest (checksums).
+            # segment is sealed at that length: the loader reads no further (``segment.size``),
+            # and cuts the file there before it loads it (the refused record may be complete, and
+            # a client told 503 sends it again).
             try:
                 os.ftruncate(segment.fd, start)
                 os.fsync(segment.fd)
@@ -867,6 +872,26 @@ class IngestLog:
         if self.slot is not None:
             out += [s for s in self.slot.segments if s.sealed]
         return out
+
+    @staticmethod
+    def cut_to_size(segment: Segment) -> None:
+        """Cut bytes after the segment's acknowledged ones: a refused commit whose undo failed
+        (blocking: run in a thread). Best effort: the loader reads only ``segment.size`` bytes
+        anyway; this keeps a restart, which reads the whole file, from loading them."""
+        try:
+            if os.stat(segment.path).st_size <= segment.size:
+                return
+            with open(segment.path, "r+b") as fh:
+                fh.truncate(segment.size)
+                os.fsync(fh.fileno())
+            log.warning(
+                "ingest log: cut %s after its %d acknowledged bytes (a refused commit's undo had "
+                "failed)",
+                segment.path,
+                segment.size,
+            )
+        except OSError:
+            pass  # FileNotFoundError is the loader's to report; a failing disk, its retry's
 
     @staticmethod
     def delete_file(segment: Segment) -> None:

@@ -210,8 +210,9 @@ class Loader:
         if segment.loaded:  # stored; only its deletion failed (a read-only folder): retry that
             self.log.delete_file(segment)
             return
+        self.log.cut_to_size(segment)
         try:
-            contents = read_segment(segment.path)
+            contents = read_segment(segment.path, segment.size)
         except FileNotFoundError:
             # Deleted by something other than Tally (its folder removed by hand): nothing to
             # load, and retrying would stop every segment after it.
