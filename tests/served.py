@@ -58,8 +58,8 @@ class Server:
             TALLY_COLLECT_LIMIT_PER_IP="",
             TALLY_LOG_LEVEL="WARNING",
             TALLY_KEY_REFRESH_SECONDS="0.5",
-            **settings,
         )
+        env.update(settings)  # over those defaults
         self.log = open(data / f"serve-{self.port}.log", "w")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tally", "serve", "--port", str(self.port), *args],

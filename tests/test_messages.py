@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import gzip
 
 import pytest
@@ -387,3 +388,32 @@ def test_array_and_object_lengths_are_said_in_the_right_number():
     )
     assert plain("Expected `object` of length <= 1", "$.extra")[1] == "must have at most 1 key"
     assert plain("Expected `object` of length <= 2", "$.extra")[1] == "must have at most 2 keys"
+
+
+@pytest.mark.parametrize(
+    ("exc", "status"),
+    [
+        (MemoryError(), 503),
+        (RuntimeError("can't start new thread"), 503),
+        (OSError(errno.EMFILE, "Too many open files"), 503),
+        (OSError(errno.ENFILE, "File table overflow"), 503),
+        (OSError(errno.ENOMEM, "Cannot allocate memory"), 503),
+        (RuntimeError("something else"), 500),
+        (OSError(errno.EACCES, "Permission denied"), 500),
+        (TimeoutError(), 500),
+    ],
+)
+def test_a_process_out_of_resources_answers_503_and_anything_else_500(exc, status):
+    """Out of memory, threads or file descriptors is the server's state, not a fault in the
+    request: 503 with Retry-After, in the contract's words (tests/faults/test_resources.py
+    makes it happen in a running server). Anything else stays a 500."""
+    from tally.http.errors import EXCEPTION_HANDLERS
+
+    handler = next(EXCEPTION_HANDLERS[k] for k in type(exc).__mro__ if k in EXCEPTION_HANDLERS)
+    response = handler(None, exc)
+    assert response.status_code == status
+    if status == 503:
+        assert response.content.error == "Storage unavailable"
+        assert response.headers["Retry-After"] == "2"
+    else:
+        assert response.content.error == "Internal server error"

@@ -3,6 +3,7 @@ status."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import re
 from datetime import date
@@ -244,9 +245,33 @@ def storage_handler(request: Request[Any, Any, Any] | None, exc: Exception) -> R
     )
 
 
-def internal_handler(request: Request[Any, Any, Any], exc: Exception) -> Response[Error]:
-    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+def internal_handler(request: Request[Any, Any, Any] | None, exc: Exception) -> Response[Error]:
+    where = "" if request is None else f" on {request.method} {request.url.path}"
+    log.exception("unhandled error%s", where, exc_info=exc)
     return error_response(HTTP_500_INTERNAL_SERVER_ERROR, "Internal server error")
+
+
+def _exhausted(exc: BaseException) -> bool:
+    """Whether ``exc`` says the process ran out of memory, threads or file descriptors."""
+    if isinstance(exc, MemoryError):
+        return True
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOMEM, errno.EMFILE, errno.ENFILE)
+    return isinstance(exc, RuntimeError) and "can't start new thread" in str(exc)
+
+
+def resource_handler(request: Request[Any, Any, Any] | None, exc: Exception) -> Response[Error]:
+    """503 with ``Retry-After`` when the process is out of memory, threads or file descriptors
+    (a page read from disk, a thread for a query; the embedded engine, in this process, is out
+    of them too), with the cause logged; any other such error is a 500 as before. Found by a
+    review that made the worker's mmap and openat fail under strace: 500s before."""
+    if not _exhausted(exc):
+        return internal_handler(request, exc)
+    where = "" if request is None else f" on {request.method} {request.url.path}"
+    log.error("out of resources%s: %s: %s", where, type(exc).__name__, exc)
+    return error_response(
+        HTTP_503_SERVICE_UNAVAILABLE, "Storage unavailable", headers={"Retry-After": "2"}
+    )
 
 
 EXCEPTION_HANDLERS: dict[Any, Any] = {
@@ -256,5 +281,8 @@ EXCEPTION_HANDLERS: dict[Any, Any] = {
     InvalidQuery: invalid_query_handler,
     StorageUnavailable: storage_handler,
     ReportTooLarge: report_too_large_handler,
+    MemoryError: resource_handler,
+    OSError: resource_handler,
+    RuntimeError: resource_handler,
     Exception: internal_handler,
 }

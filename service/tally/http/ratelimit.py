@@ -23,9 +23,31 @@ class RateLimited(TooManyRequestsException):
         super().__init__(detail="Too many requests", headers={"Retry-After": str(retry_after)})
 
 
+class _Counters(MemoryStorage):
+    """``limits``' in-memory counters without the thread they start to drop expired ones: a
+    ``threading.Timer`` started again 10 ms after the last one ended, so under steady traffic a
+    new thread every 10 ms or so, started on the event loop's thread by the request. Where no
+    thread could be started (a container's pids limit, memory exhausted) the limiter raised and
+    the dashboard answered 500; a start that failed half-way froze the worker for good (found by
+    a review making mmap fail with ENOMEM under strace). Expired counters are dropped inline
+    instead, at most once a second; a read drops an expired counter by itself meanwhile."""
+
+    EXPIRE_EVERY_SECONDS = 1.0
+
+    def __init__(self) -> None:
+        super().__init__()  # starts one timer, once, at startup
+        self._expire_at = 0.0
+
+    def _MemoryStorage__schedule_expiry(self) -> None:  # replaces the library's, by its name
+        now = time.monotonic()
+        if now >= self._expire_at:
+            self._expire_at = now + self.EXPIRE_EVERY_SECONDS
+            self._MemoryStorage__expire_events()  # type: ignore[attr-defined]
+
+
 class RateLimits:
     def __init__(self, settings: Settings) -> None:
-        self._limiter = SlidingWindowCounterRateLimiter(MemoryStorage())
+        self._limiter = SlidingWindowCounterRateLimiter(_Counters())
         self.per_key = _parse(settings.collect_limit_per_key)
         self.per_ip = _parse(settings.collect_limit_per_ip)
         self.per_user = _parse(settings.session_limit_per_user)
