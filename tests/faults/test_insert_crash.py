@@ -28,6 +28,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from syscalls import Injection, require_strace
 from test_crash import engine_read, new_key, stored_ids
 from test_wal_crash import backlog_loaded, wait_for
 
@@ -95,20 +96,6 @@ for table, expected in counted.items():
     out[table] = [int(held), int(want)]
 print(json.dumps(out))
 """
-
-
-def strace_works() -> str:
-    """Why ``strace`` cannot kill a process at a syscall here ("" when it can)."""
-    if shutil.which("strace") is None:
-        return "strace is not installed (.ci/run installs it)"
-    probe = subprocess.run(
-        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=rename", "true"],
-        capture_output=True,
-        text=True,
-    )
-    if probe.returncode != 0:
-        return f"strace cannot trace here: {probe.stderr.strip()[:200]}"
-    return ""
 
 
 def loader(data: Path, strace: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
@@ -180,9 +167,7 @@ def assert_stored_once(data: Path, ids: set[str]) -> None:
 def test_sigkill_at_each_commit_of_an_insert_loses_nothing_and_counts_nothing_twice(
     tmp_path, unloaded
 ):
-    why = strace_works()
-    if why:
-        pytest.skip(why)
+    require_strace()
     template, ids = unloaded
     # A run without a kill: the renames the load makes, each one a part's commit.
     dry = tmp_path / "dry"
@@ -259,37 +244,26 @@ def test_a_refused_commit_restarts_the_worker_and_loses_nothing(tmp_path):
     process that lives on: the engine keeps taking the block for stored, so the loader's retry
     would have been dropped as a duplicate and the segment deleted. The worker exits instead, as
     a kill would, and the respawned one forgets the record and loads the segment."""
-    why = strace_works()
-    if why:
-        pytest.skip(why)
+    require_strace()
     server = Server(tmp_path, TALLY_LOG_SEAL_AGE_MS="50")
-    strace = None
     try:
         key = new_key(server.url)
         [worker] = server.workers()
         # Every thread's first rename from now on fails with EIO: the loader's INSERT commits
         # its events part first (a background merge refused once retries by itself).
-        inject = "inject=rename:error=EIO:when=1"
-        strace = subprocess.Popen(
-            ["strace", "-f", "-qq", "-o", "/dev/null", "-e", inject, "-p", str(worker)],
-            stderr=subprocess.PIPE,
-        )
-        time.sleep(1)  # attached
-        ids = {f"r{n}" for n in range(EVENTS)}
-        events = [
-            {"name": "pageview", "path": "/", "visitorId": f"v{n % 3}", "metadata": {"uid": uid}}
-            for n, uid in enumerate(sorted(ids))
-        ]
-        answer = httpx.post(
-            f"{server.url}/api/collect", json={"events": events}, headers={"x-api-key": key}
-        )
-        assert answer.status_code == 202, answer.text
-        wait_for(lambda: worker not in server.workers(), "the worker to exit", 60)
+        with Injection(worker, "rename:error=EIO:when=1"):
+            ids = {f"r{n}" for n in range(EVENTS)}
+            events = [
+                {"name": "pageview", "path": "/", "visitorId": f"v{n % 3}", "metadata": {"uid": u}}
+                for n, u in enumerate(sorted(ids))
+            ]
+            answer = httpx.post(
+                f"{server.url}/api/collect", json={"events": events}, headers={"x-api-key": key}
+            )
+            assert answer.status_code == 202, answer.text
+            wait_for(lambda: worker not in server.workers(), "the worker to exit", 60)
         wait_for(lambda: backlog_loaded(server.url), "the respawned worker to load the backlog")
     finally:
-        if strace is not None:
-            strace.kill()
-            strace.wait(timeout=30)
         assert server.stop() == 0
     log = Path(server.log.name).read_text()
     assert "This process exits now, so that the engine is opened again" in log, log[-3000:]

@@ -9,9 +9,7 @@ client then sent again, was stored twice (found by a review injecting both failu
 
 from __future__ import annotations
 
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -19,8 +17,8 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pytest
+from syscalls import Injection, require_strace
 from test_crash import new_key, stored_ids
-from test_insert_crash import strace_works
 from test_wal_crash import backlog_loaded, wait_for
 
 from served import Server
@@ -29,12 +27,9 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_refused_commit_whose_undo_failed_is_never_stored(tmp_path):
-    why = strace_works()
-    if why:
-        pytest.skip(why)
+    require_strace()
     # One segment for the whole run: the failing fsync is a commit's, not a new segment's.
     server = Server(tmp_path, TALLY_LOG_SEAL_AGE_MS="4000")
-    strace = None
     acked: set[str] = set()
     refused: set[str] = set()
     try:
@@ -43,13 +38,10 @@ def test_a_refused_commit_whose_undo_failed_is_never_stored(tmp_path):
         # In every thread of the worker, the 6th fsync fails, and then the first ftruncate: in
         # the commits' thread, a commit (after the segment's header and a few commits) and its
         # undo. Nothing else of the worker fsyncs while it runs.
-        inject = ["-e", "inject=fsync:error=EIO:when=6", "-e", "inject=ftruncate:error=EIO:when=1"]
-        strace = subprocess.Popen(
-            ["strace", "-f", "-qq", "-o", "/dev/null", *inject, "-p", str(worker)],
-            stderr=subprocess.PIPE,
-        )
-        time.sleep(1)  # attached
-        with httpx.Client(timeout=10) as http:
+        with (
+            Injection(worker, "fsync:error=EIO:when=6", "ftruncate:error=EIO:when=1"),
+            httpx.Client(timeout=10) as http,
+        ):
             for batch in range(12):
                 ids = [f"b{batch}-{n}" for n in range(20)]
                 body = {"events": [{"name": "pageview", "metadata": {"uid": u}} for u in ids]}
@@ -58,14 +50,8 @@ def test_a_refused_commit_whose_undo_failed_is_never_stored(tmp_path):
                 )
                 assert answer.status_code in (202, 503), answer.text
                 (acked if answer.status_code == 202 else refused).update(ids)
-        strace.kill()
-        strace.wait(timeout=30)
-        strace = None
         wait_for(lambda: backlog_loaded(server.url), "the backlog to be loaded")
     finally:
-        if strace is not None:
-            strace.kill()
-            strace.wait(timeout=30)
         assert server.stop() == 0
     assert refused, "no commit was refused: the injection missed"
     stored = stored_ids(tmp_path)

@@ -10,7 +10,6 @@ dashboard a 500, and a start that failed half-way froze the worker for good."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_insert_crash import strace_works
+from syscalls import Injection, require_strace
 from test_wal_crash import backlog_loaded, wait_for
 
 from conftest import token
@@ -30,33 +29,25 @@ pytestmark = pytest.mark.slow
 
 
 def test_no_thread_to_start_gets_503_not_500_and_passes(tmp_path):
-    why = strace_works()
-    if why:
-        pytest.skip(why)
+    require_strace()
     server = Server(
         tmp_path,
         TALLY_COLLECT_LIMIT_PER_KEY="100000/second",
         TALLY_COLLECT_LIMIT_PER_IP="100000/second",
     )
     session = {"authorization": f"Bearer {token('owner')}"}
-    strace = None
     try:
         project, key = server.new_project("owner", "resources")
         dashboard = f"{server.url}/api/dashboard?projectId={project}"
+        breakdown = f"{server.url}/api/breakdown?projectId={project}&by=path"
         assert httpx.get(dashboard, headers=session, timeout=30).status_code == 200
         # The ingest log's commit thread starts at the first collect: started before.
         first = {"events": [{"name": "pageview", "path": "/first"}]}
         answer = httpx.post(f"{server.url}/api/collect", json=first, headers={"x-api-key": key})
         assert answer.status_code == 202, answer.text
         [worker] = server.workers()
-        inject = ["-e", "inject=clone3,clone:error=EAGAIN"]
-        strace = subprocess.Popen(
-            ["strace", "-f", "-qq", "-o", "/dev/null", *inject, "-p", str(worker)],
-            stderr=subprocess.PIPE,
-        )
-        time.sleep(1)  # attached
         statuses: dict[str, list[int]] = {"collect": [], "dashboard": [], "breakdown": []}
-        with httpx.Client(timeout=30) as http:
+        with Injection(worker, "clone3,clone:error=EAGAIN"), httpx.Client(timeout=30) as http:
             for n in range(30):
                 events = {"events": [{"name": "pageview", "path": f"/{n}"}]}
                 answer = http.post(
@@ -65,7 +56,7 @@ def test_no_thread_to_start_gets_503_not_500_and_passes(tmp_path):
                 statuses["collect"].append(answer.status_code)
                 for name, url in (
                     ("dashboard", f"{dashboard}&days={1 + n % 30}"),
-                    ("breakdown", f"{server.url}/api/breakdown?projectId={project}&by=path&days=7"),
+                    ("breakdown", f"{breakdown}&days={1 + n % 30}"),
                 ):
                     answer = http.get(url, headers=session)
                     statuses[name].append(answer.status_code)
@@ -75,19 +66,10 @@ def test_no_thread_to_start_gets_503_not_500_and_passes(tmp_path):
                 time.sleep(0.02)
         assert all(500 not in answered for answered in statuses.values()), statuses
         assert set(statuses["collect"]) == {202}, statuses
-        strace.kill()
-        strace.wait(timeout=30)
-        strace = None
         # Threads start again: every endpoint answers, and the events load.
         wait_for(lambda: httpx.get(dashboard, headers=session).status_code == 200, "the dashboard")
-        breakdown = httpx.get(
-            f"{server.url}/api/breakdown?projectId={project}&by=path", headers=session
-        )
-        assert breakdown.status_code == 200, breakdown.text
+        assert httpx.get(breakdown, headers=session).status_code == 200
         wait_for(lambda: backlog_loaded(server.url), "the backlog to be loaded")
         assert httpx.get(dashboard, headers=session).json()["summary"]["totalEvents"] == 31
     finally:
-        if strace is not None:
-            strace.kill()
-            strace.wait(timeout=30)
         assert server.stop() == 0
