@@ -102,12 +102,12 @@ def uncommitted_blocks(engine_path: str) -> list[str]:
     found = []
     for logs in _tables(root):
         try:
-            orphans = _orphans(logs)
+            table = _orphans(logs)
         except OSError:
             continue
-        if orphans:
+        if table is not None and table.orphans:
             name = _table_name(root, logs.parent.name)
-            found += [f"{name} {part}" for _, part in orphans[1]]
+            found += [f"{name} {part}" for _, part in table.orphans]
     return found
 
 
@@ -115,9 +115,15 @@ def _tables(root: Path) -> list[Path]:
     return sorted(root.glob("store/*/*/deduplication_logs"))
 
 
-def _orphans(logs: Path) -> tuple[Path, list[tuple[str, str]]] | None:
-    """The table's last log file and its recorded blocks (id, part) whose part is not on disk;
-    None when it has no log, or one with a record this Tally does not read."""
+@dataclass(frozen=True)
+class _Orphans:
+    last_log: Path  # the file the engine appends to, where drop records go
+    orphans: list[tuple[str, str]]  # (block id, part name) of recorded blocks not on disk
+
+
+def _orphans(logs: Path) -> _Orphans | None:
+    """The table's recorded blocks whose part is not on disk; None when it has no log, or one
+    with a record this Tally does not read."""
     files = sorted(
         (int(m.group(1)), logs / m.group(0))
         for m in (LOG_NAME.match(name) for name in os.listdir(logs))
@@ -146,14 +152,14 @@ def _orphans(logs: Path) -> tuple[Path, list[tuple[str, str]]] | None:
         if (part := _Part.parse(part_name)) is not None
         and not any(disk.covers(part) for disk in on_disk)
     ]
-    return files[-1][1], orphans
+    return _Orphans(files[-1][1], orphans)
 
 
 def _repair_table(logs: Path, root: Path) -> int:
     found = _orphans(logs)
-    if found is None or not found[1]:
+    if found is None or not found.orphans:
         return 0
-    last, orphans = found
+    last, orphans = found.last_log, found.orphans
     table = logs.parent
     _cut_torn_line(last)
     records = "".join(f"{DROP}\t{part}\t{block}\n" for block, part in orphans)
