@@ -323,10 +323,14 @@ def test_smoke_run_of_the_export_benchmark():
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((ROOT / "benchmarks" / "results" / "smoke-export.json").read_text())
     assert results["export"]["events"] == 2_000
-    for fmt in ("csv", "ndjson", "parquet"):
+    for fmt in ("csv", "ndjson", "parquet", "csv_gzip", "ndjson_gzip"):
         row = results["export"][fmt]
         # Every figure comes from an export that carried all the events (checked in the run).
         assert row["events_per_s"] > 0 and row["bytes"] > 0 and row["seconds"] > 0
+    for fmt in ("csv", "ndjson"):
+        plain, gzipped = results["export"][fmt], results["export"][f"{fmt}_gzip"]
+        assert plain["wire_bytes"] == plain["bytes"]  # sent as the file is
+        assert gzipped["bytes"] == plain["bytes"] and gzipped["wire_bytes"] < plain["bytes"] / 3
 
 
 def test_a_failure_while_serving_carries_the_end_of_the_server_log(tmp_path):

@@ -23,7 +23,7 @@ from .config import Settings, load_settings
 from .domain import zones
 from .domain.geo import CountryReader
 from .domain.privacy import IpHasher
-from .http import collect_fast, cors, openapi_doc
+from .http import collect_fast, compression, cors, openapi_doc
 from .http.access import ProjectLocks, true_allow
 from .http.auth import SessionVerifier
 from .http.breakdown import breakdown
@@ -251,6 +251,8 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
             f"{openapi_doc.DESCRIPTION}\n\n## Limits and defaults\n\n" + markdown(settings)
         ),
         cors_config=CORS,
+        # JSON answers gzipped for clients that take it (http/compression.py).
+        compression_config=compression.COMPRESSION,
         before_send=[add_security_headers, true_allow],
         # The cap first: an oversized body is refused before the deadline starts counting. The
         # shield outermost, next to the server: every cancelled receive() is one it absorbs.

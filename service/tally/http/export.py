@@ -25,6 +25,7 @@ from ..domain.ids import OBJECT_ID_PATTERN
 from ..storage import export as export_storage
 from ..storage.export import FORMATS, ExportSpec
 from .access import asking_user, get_head, owned_project, project_route
+from .compression import NO_COMPRESSION, accepts_gzip, gzip_stream
 from .gone import disconnected, why_the_watch_ended
 from .messages import DATE_MESSAGE, OBJECT_ID
 from .ratelimit import RateLimits
@@ -123,7 +124,7 @@ def _limit(value: str) -> RateLimitItem | None:
 
 
 async def _stream(
-    request: Request[Any, Any, Any], state: State, spec: ExportSpec
+    request: Request[Any, Any, Any], state: State, spec: ExportSpec, gzipped: bool = False
 ) -> AsyncIterator[bytes]:
     """The export's chunks. The first is read before the response starts, so that a storage
     failure is still a 503 rather than a cut-off 200; a client that leaves meanwhile (a Parquet
@@ -133,6 +134,8 @@ async def _stream(
     executor = ThreadPoolExecutor(1, thread_name_prefix="tally-export")
     loop = asyncio.get_running_loop()
     source: Iterator[bytes] = export_storage.chunks(storage, spec)
+    if gzipped:  # compressed on the export's thread, as it is read
+        source = gzip_stream(source)
     reading: asyncio.Future[Any] = loop.run_in_executor(executor, next, source, None)
     watching: asyncio.Future[Any] = asyncio.ensure_future(disconnected(request))
     try:
@@ -188,6 +191,7 @@ def _stop(
 @get_head(
     "/api/export",
     **project_route("export"),
+    opt=NO_COMPRESSION,
     summary="Download a project's raw events for a range of days",
     description="Streams every stored column of the project's events whose occurredAt falls on "
     "the UTC days `from` to `to` (inclusive), oldest first, as CSV with a header row, NDJSON "
@@ -214,13 +218,19 @@ async def export_events(
     limits.check(limit, "export", user, count=request.method != "HEAD")
     spec = parse_query(project_id, first, last, fmt, state.settings.ip_privacy == "hash")
     await owned_project(state, user, spec.project_id)
+    # CSV and NDJSON gzipped for a client that takes it (http/compression.py); Parquet is
+    # compressed inside the file.
+    gzipped = spec.fmt != "parquet" and accepts_gzip(request.headers.get("accept-encoding", ""))
+    headers = {"content-disposition": f'attachment; filename="{spec.filename}"'}
+    headers["vary"] = "accept-encoding"
+    if gzipped:
+        headers["content-encoding"] = "gzip"
     # HEAD: the answer's status and headers, and no query (a body nobody reads is not made).
-    content = iter(()) if request.method == "HEAD" else await _stream(request, state, spec)
-    return Stream(
-        content,
-        media_type=FORMATS[spec.fmt][1],
-        headers={"content-disposition": f'attachment; filename="{spec.filename}"'},
-    )
+    if request.method == "HEAD":
+        content: Any = iter(())
+    else:
+        content = await _stream(request, state, spec, gzipped)
+    return Stream(content, media_type=FORMATS[spec.fmt][1], headers=headers)
 
 
 EXPORT_HANDLERS = [export_events]

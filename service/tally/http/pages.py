@@ -22,6 +22,8 @@ from litestar.exceptions import NotFoundException
 from litestar.params import FromPath
 from litestar.status_codes import HTTP_304_NOT_MODIFIED
 
+from .compression import NO_COMPRESSION, accepts_gzip
+
 # The page loads only its own files and talks only to its own origin: no inline script or style.
 # The one hash allows an *empty* <style> element: plotly.js appends one and fills it through the
 # CSSOM (which CSP does not govern); without it Chromium refuses the element and logs an error.
@@ -168,7 +170,7 @@ def serve(
     if asset.etag in request.headers.get("if-none-match", ""):
         return Response(b"", status_code=HTTP_304_NOT_MODIFIED, headers=headers)
     body = asset.body
-    if "gzip" in request.headers.get("accept-encoding", "") and len(asset.gzipped) < len(body):
+    if accepts_gzip(request.headers.get("accept-encoding", "")) and len(asset.gzipped) < len(body):
         body = asset.gzipped
         headers["content-encoding"] = "gzip"
     return Response(body, media_type=asset.media_type, headers=headers)
@@ -179,20 +181,20 @@ def _files(request: Request[Any, Any, Any]) -> WebFiles:
     return files
 
 
-@route("/", http_method=GET_HEAD, include_in_schema=False)
+@route("/", http_method=GET_HEAD, include_in_schema=False, opt=NO_COMPRESSION)
 async def dashboard_page(request: Request[Any, Any, Any]) -> Response[bytes]:
     asset = await _files(request).get("index.html")
     return serve(request, asset, REVALIDATE, **PAGE_HEADERS)
 
 
-@route("/tally.js", http_method=GET_HEAD, include_in_schema=False)
+@route("/tally.js", http_method=GET_HEAD, include_in_schema=False, opt=NO_COMPRESSION)
 async def tracker_script(request: Request[Any, Any, Any]) -> Response[bytes]:
     asset = await _files(request).get("tally.js")
     # Loaded by other sites' pages: any origin may embed it, even under COEP require-corp.
     return serve(request, asset, TRACKER_CACHE, **{"cross-origin-resource-policy": "cross-origin"})
 
 
-@route("/assets/{name:str}", http_method=GET_HEAD, include_in_schema=False)
+@route("/assets/{name:str}", http_method=GET_HEAD, include_in_schema=False, opt=NO_COMPRESSION)
 async def page_asset(request: Request[Any, Any, Any], name: FromPath[str]) -> Response[bytes]:
     if name not in ASSETS:
         raise NotFoundException()
