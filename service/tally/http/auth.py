@@ -142,8 +142,14 @@ TIME_CLAIMS = ("exp", "nbf", "iat")
 
 
 def _numeric_date(value: Any) -> bool:
-    """A JSON number (RFC 7519 NumericDate): not a string of digits, not true or false."""
-    return type(value) in (int, float) and math.isfinite(value)
+    """A JSON number (RFC 7519 NumericDate): not a string of digits, not true or false, and
+    one a double holds (an integer of 309 digits overflowed ``math.isfinite``: a 500)."""
+    if type(value) not in (int, float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def issue_token(

@@ -43,7 +43,7 @@ from .errors import EXCEPTION_HANDLERS, error_response
 from .limits import PayloadTooLarge, cap_for
 from .ratelimit import canonical_address, forwarded_address
 from .schemas import Accepted, CollectBody
-from .timeouts import BodyTimeout
+from .timeouts import BodyCutShort, BodyTimeout
 
 log = logging.getLogger("tally.http")
 
@@ -93,8 +93,6 @@ class CollectFastPath:
             status, body, headers = await self._collect(scope, receive)
         except _Declined:
             await self.app(scope, receive, send)
-            return
-        except _Gone:
             return
         except Exception as exc:
             status, body, headers = self._error(exc)
@@ -162,8 +160,8 @@ class CollectFastPath:
                         message = await receive()
             except TimeoutError:
                 raise BodyTimeout from None
-            if message["type"] != "http.request":  # the client went away
-                raise _Gone
+            if message["type"] != "http.request":  # gone, or a malformed chunked body
+                raise BodyCutShort
             chunk = message.get("body", b"")
             if chunk:
                 received += len(chunk)
@@ -192,10 +190,6 @@ class CollectFastPath:
             if name.lower() not in ("content-type", "content-length")
         ]
         return response.status_code or 500, body, headers
-
-
-class _Gone(Exception):
-    """The client disconnected before its body arrived: nothing to answer."""
 
 
 def _client_ip(scope: Scope) -> str:

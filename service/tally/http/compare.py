@@ -84,8 +84,11 @@ WHOLE_NUMBERS = {
 _DIGITS = re.compile(r"[0-9]+")
 
 
-def _digits_only(request: Request[Any, Any, Any]) -> None:
-    for name, rule in WHOLE_NUMBERS.items():
+def _digits_only(request: Request[Any, Any, Any], names: tuple[str, ...]) -> None:
+    """``names``: the integer parameters the route takes (a dashboard ignores ``limit``, as it
+    ignores every parameter it does not take)."""
+    for name in names:
+        rule = WHOLE_NUMBERS[name]
         raw = request.query_params.get(name)
         if raw is not None and not _DIGITS.fullmatch(raw):
             raise InvalidQuery(f"$.{name}", rule)
@@ -111,7 +114,7 @@ async def asked_query(
     user = asking_user(request)
     against = parse_compare(compare)
     tz, exclude_bots = await project_settings(state, user, project_id)
-    _digits_only(request)
+    _digits_only(request, tuple(name for name in WHOLE_NUMBERS if name == "days" or name in extra))
     spec = parse_range(days, from_, to)
     parsed = parse_filters(filters)
     if spec.first is not None and spec.last is not None:

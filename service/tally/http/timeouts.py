@@ -21,6 +21,17 @@ class BodyTimeout(HTTPException):
     detail = "Request timeout"
 
 
+class BodyCutShort(HTTPException):
+    """The server said the client left before its body was whole. granian says so too when the
+    client is still there, waiting for an answer: a chunked body whose framing is malformed (a
+    size that is not hex, a chunk longer than its size). That was a 500 ("client disconnected
+    prematurely", or granian's own when nothing was sent); it is the body's fault: 400. A client
+    that did leave reads no answer either way."""
+
+    status_code = 400
+    detail = "did not arrive whole: it ended early or its chunked encoding is malformed"
+
+
 def body_deadline(seconds: float) -> Any:
     """Litestar middleware factory: ``middleware=[body_deadline(10)]``."""
 
@@ -51,7 +62,9 @@ def body_deadline(seconds: float) -> Any:
                         message = await receive()
                 except TimeoutError:
                     raise BodyTimeout from None
-                arrived = message["type"] != "http.request" or not message.get("more_body")
+                if message["type"] != "http.request":
+                    raise BodyCutShort
+                arrived = not message.get("more_body")
                 return message
 
             async def send_noting_the_start(message: Any) -> None:
