@@ -266,7 +266,7 @@ def dashboard_sql(query: Query, rollup: bool = True) -> dict[str, str]:
     out["live"] = f"""
         SELECT uniqExact(visitor_id) FROM {{db}}.events
         WHERE project_id = {{p:String}} AND occurred_at >= {{live:DateTime64(3, 'UTC')}}
-          AND visitor_id != ''{bots(query)}"""
+          AND occurred_at <= {{now:DateTime64(3, 'UTC')}} AND visitor_id != ''{bots(query)}"""
     if query.exclude_bots:
         # The window's bot events (not filtered, as summary.botEvents always is): events_quarter
         # holds them per 15 minutes, and a window is on that grid (query/decider.py).
@@ -348,6 +348,7 @@ def parameters(query: Query) -> dict[str, Any]:
         "q1": query.end,
         "tz": query.tz,
         "live": query.now - LIVE_WINDOW,
+        "now": query.now,  # the live window's end (events stored before a clock set back)
         "limit": query.limit,
         "d0": plan.first_utc_day,
         "d1": plan.day_after_last,

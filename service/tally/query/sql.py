@@ -179,7 +179,7 @@ def dashboard_sql(query: Query, plan: Plan | None = None) -> dict[str, str]:
     out["live"] = f"""
         SELECT uniqExact(visitor_id) FROM {{db}}.events
         WHERE project_id = {{p:String}} AND occurred_at >= {{live:DateTime64(3, 'UTC')}}
-          AND visitor_id != ''{b}"""
+          AND occurred_at <= {{now:DateTime64(3, 'UTC')}} AND visitor_id != ''{b}"""
     return out
 
 
@@ -193,6 +193,7 @@ def parameters(query: Query, plan: Plan | None = None) -> dict[str, Any]:
         "d0": plan.first_utc_day,
         "d1": plan.day_after_last,
         "live": query.now - LIVE_WINDOW,
+        "now": query.now,  # the live window's end (events stored before a clock set back)
     }
     if plan.uses_raw_edge:
         params["e0"], params["e1"], params["e2"], params["e3"] = plan.edges()

@@ -848,11 +848,6 @@ class IngestLog:
             return None
         return max(0.0, self._active.created_mono + self.seal_age - self.monotonic())
 
-    def active_since_ms(self) -> int | None:
-        """The stamp of this process's active segment (epoch ms: when it was begun, or its
-        earliest acknowledgement); None without one."""
-        return None if self._active is None else self._active.created_ms
-
     def active_key(self) -> tuple[str, int] | None:
         """The active segment as :func:`pending_segments` names it; None without one."""
         active = self._active
@@ -923,10 +918,19 @@ class IngestLog:
     def data_through_ms(self) -> int:
         """A time before which every acknowledged event is loaded (readable): the stamp of the
         oldest segment not yet loaded, in any slot of this data folder (its earliest
-        acknowledgement when the clock was set back meanwhile), else now."""
+        acknowledgement when the clock was set back meanwhile), else now. This process's own
+        segments count from when they were begun by the monotonic clock too: after a clock that
+        ran fast was set right, a segment begun seconds ago is stamped in the future, and
+        min(now, stamp) claimed its events (acknowledged before now) while none was loaded."""
         now = self.wall_ms()
-        oldest = None if self.noop else pending_since(self.root)
-        return now if oldest is None else min(now, oldest)
+        if self.noop:
+            return now
+        oldest = pending_since(self.root)
+        through = now if oldest is None else min(now, oldest)
+        begun = min((s.created_mono for s in self._all()), default=None)
+        if begun is not None:
+            through = min(through, now - int(max(0.0, self.monotonic() - begun) * 1000))
+        return through
 
     def backlog(self) -> Backlog:
         segments = self._all()

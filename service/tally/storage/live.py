@@ -14,7 +14,7 @@ from .client import Storage
 LIVE_SQL = """
     SELECT uniqExact(visitor_id) FROM {db}.events
     WHERE project_id = {p:String} AND occurred_at >= {since:DateTime64(3, 'UTC')}
-      AND visitor_id != ''{bots}"""
+      AND occurred_at <= {now:DateTime64(3, 'UTC')} AND visitor_id != ''{bots}"""
 
 
 async def live_visitors(
@@ -24,5 +24,7 @@ async def live_visitors(
     sql = LIVE_SQL.replace("{db}", storage.database).replace(
         "{bots}", " AND is_bot = 0" if exclude_bots else ""
     )
-    rows = await storage.aquery(sql, {"p": project_id, "since": now - LIVE_WINDOW})
+    # Bounded by ``now`` too: after the clock was set back, events stored before carry later
+    # times, and they counted as live for as long as the clock was set back by.
+    rows = await storage.aquery(sql, {"p": project_id, "since": now - LIVE_WINDOW, "now": now})
     return int(rows[0][0]) if rows else 0

@@ -118,20 +118,31 @@ class Loader:
     async def loaded_through(self, cut_ms: int) -> None:
         """Return once every event the log holds from before ``cut_ms`` (epoch ms) is loaded,
         in every slot of this data folder: this process's active segment is sealed at once when
-        it was begun before then, other processes' segments load at their seal age. The log's
-        ``data_through_ms`` is the measure, so this also waits for the clock to pass ``cut_ms``;
-        while ClickHouse refuses the INSERTs it waits on (the caller bounds it). The segments
-        the log holds at the call are waited for too, whatever their stamps: after the clock
-        was set back, events acknowledged before the call may carry later times than
-        ``cut_ms``."""
-        held = set(pending_segments(self.log.root)) if not self.log.noop else set()
+        it was begun before then, other processes' segments load at their seal age. While
+        ClickHouse refuses the INSERTs it waits on (the caller bounds it).
+
+        The cut is kept on the monotonic clock: every segment seen in the log until the
+        monotonic clock passes it (and those there when it does) is waited for, whatever the
+        stamps in their names. The wall clock may be set back while this waits (an NTP
+        correction): measured by it, the cut was an hour away again and a deletion answered 503
+        after 30 s with the log long loaded; and a segment begun before the call may carry a
+        later stamp than ``cut_ms``."""
+        if self.log.noop:
+            return
+        cut_mono = self.log.monotonic() + (cut_ms - self.log.wall_ms()) / 1000
+        held: set[tuple[str, int]] = set()
+        passed = False
         while True:
-            pending = pending_segments(self.log.root) if held else {}
-            held &= set(pending)
-            if not held and self.log.data_through_ms() >= cut_ms:
+            adding = not passed
+            if adding:
+                passed = self.log.monotonic() >= cut_mono
+            pending = set(pending_segments(self.log.root))
+            if adding:
+                held |= pending  # begun before the cut (or about then)
+            held &= pending
+            if passed and not held:
                 return
-            begun = self.log.active_since_ms()
-            if (begun is not None and begun < cut_ms) or self.log.active_key() in held:
+            if self.log.active_key() in held:
                 await self.log.seal(force=True)
             await asyncio.sleep(0.02)
 
