@@ -25,12 +25,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..domain.filters import DIMENSIONS, Filter, event_filters, session_filters
-from ..domain.metrics import LIST_LIMIT, LIVE_WINDOW, RECENT_LIMIT
+from ..domain.metrics import LIST_LIMIT, RECENT_LIMIT
 from .decider import decide
 from .firsts import NO_VALUE, hash_of, hit, named_rows
 from .firsts import match as number_match
 from .model import Query
-from .sql import DAY_RANGE, EDGE, STORED_ORDER, bots
+from .sql import DAY_RANGE, EDGE, STORED_ORDER, bots, live_parameters, live_sql
 from .sql import session_value as sql_session_value
 
 RANGE = (
@@ -263,10 +263,7 @@ def dashboard_sql(query: Query, rollup: bool = True) -> dict[str, str]:
     out["recent"] = f"""
         SELECT toString(event_id), name, path, visitor_id, occurred_at FROM {kept}
         ORDER BY occurred_at DESC LIMIT {RECENT_LIMIT}"""
-    out["live"] = f"""
-        SELECT uniqExact(visitor_id) FROM {{db}}.events
-        WHERE project_id = {{p:String}} AND occurred_at >= {{live:DateTime64(3, 'UTC')}}
-          AND occurred_at <= {{now:DateTime64(3, 'UTC')}} AND visitor_id != ''{bots(query)}"""
+    out["live"] = live_sql(query.exclude_bots)
     if query.exclude_bots:
         # The window's bot events (not filtered, as summary.botEvents always is): events_quarter
         # holds them per 15 minutes, and a window is on that grid (query/decider.py).
@@ -347,8 +344,7 @@ def parameters(query: Query) -> dict[str, Any]:
         "q0": query.start,
         "q1": query.end,
         "tz": query.tz,
-        "live": query.now - LIVE_WINDOW,
-        "now": query.now,  # the live window's end (events stored before a clock set back)
+        **live_parameters(query.now),
         "limit": query.limit,
         "d0": plan.first_utc_day,
         "d1": plan.day_after_last,

@@ -9,6 +9,7 @@ window)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from ..domain.metrics import LIST_LIMIT, LIVE_WINDOW, RECENT_LIMIT
@@ -176,11 +177,25 @@ def dashboard_sql(query: Query, plan: Plan | None = None) -> dict[str, str]:
         SELECT toString(event_id), name, path, visitor_id, occurred_at FROM {{db}}.events
         WHERE {WINDOW}{b}
         ORDER BY occurred_at DESC LIMIT {RECENT_LIMIT}"""
-    out["live"] = f"""
+    out["live"] = live_sql(query.exclude_bots)
+    return out
+
+
+def live_sql(exclude_bots: bool) -> str:
+    """Live visitors: the distinct non-empty visitor ids with an event from ``{live}`` to
+    ``{now}`` (:func:`live_parameters`); the primary key's (project_id, occurred_at) prefix
+    limits the read to those rows. Bounded by now too: after the clock was set back, events
+    stored before carry later times, and they counted as live for as long as the step."""
+    return f"""
         SELECT uniqExact(visitor_id) FROM {{db}}.events
         WHERE project_id = {{p:String}} AND occurred_at >= {{live:DateTime64(3, 'UTC')}}
-          AND occurred_at <= {{now:DateTime64(3, 'UTC')}} AND visitor_id != ''{b}"""
-    return out
+          AND occurred_at <= {{now:DateTime64(3, 'UTC')}} AND visitor_id != ''
+          {" AND is_bot = 0" if exclude_bots else ""}"""
+
+
+def live_parameters(now: datetime) -> dict[str, Any]:
+    """:func:`live_sql`'s window: the ``LIVE_WINDOW`` up to ``now``."""
+    return {"live": now - LIVE_WINDOW, "now": now}
 
 
 def parameters(query: Query, plan: Plan | None = None) -> dict[str, Any]:
@@ -192,8 +207,7 @@ def parameters(query: Query, plan: Plan | None = None) -> dict[str, Any]:
         "tz": query.tz,
         "d0": plan.first_utc_day,
         "d1": plan.day_after_last,
-        "live": query.now - LIVE_WINDOW,
-        "now": query.now,  # the live window's end (events stored before a clock set back)
+        **live_parameters(query.now),
     }
     if plan.uses_raw_edge:
         params["e0"], params["e1"], params["e2"], params["e3"] = plan.edges()

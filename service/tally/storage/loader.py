@@ -133,13 +133,10 @@ class Loader:
         held: set[tuple[str, int]] = set()
         passed = False
         while True:
-            adding = not passed
-            if adding:
-                passed = self.log.monotonic() >= cut_mono
+            adding = not passed  # until the cut has passed, every segment there is waited for
+            passed = passed or self.log.monotonic() >= cut_mono
             pending = set(pending_segments(self.log.root))
-            if adding:
-                held |= pending  # begun before the cut (or about then)
-            held &= pending
+            held = pending if adding else held & pending
             if passed and not held:
                 return
             if self.log.active_key() in held:
