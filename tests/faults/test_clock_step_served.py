@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 import time
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -107,8 +107,12 @@ class SteppedServer:
             time.sleep(0.1)
 
     def dashboard(self, sub: str, project_id: str) -> dict:
+        """Yesterday to tomorrow (UTC): an event received while the clock ran an hour fast
+        carries that time, on tomorrow's date when that was after midnight."""
+        today = datetime.fromtimestamp(time.time(), UTC).date()
+        days = f"from={today - timedelta(days=1)}&to={today + timedelta(days=1)}"
         answer = httpx.get(
-            f"{self.url}/api/dashboard?projectId={project_id}&days=2",
+            f"{self.url}/api/dashboard?projectId={project_id}&{days}",
             headers=self.auth(sub),
             timeout=60,
         )
