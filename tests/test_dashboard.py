@@ -298,19 +298,19 @@ def test_events_of_other_tenants_never_count(client, now):
 
 
 def test_session_end_sums_come_from_the_projection_and_stay_exact_across_merges(client, now):
-    """The session_end sums are read from sessions_daily's per-day projection (schema 004, split
-    by bot flag in 007), equal the sums over its rows, and stay exact when its parts merge (the
-    projection is rebuilt)."""
+    """The session_end sums are read from session_days' per-day projection (day_sums, schema
+    019, as sessions_daily's of schemas 004 and 007), equal the sums over its rows, and stay
+    exact when its parts merge (the projection is rebuilt)."""
     project_id, key = new_project(client)
     events = build_events(now, seed=11)
     send(client, key, events)
     query = Query(project_id, 90, now)
     storage = client.app.state.storage
-    table = "sessions_daily" + ("_local" if storage.cluster else "")  # where the rows are
-    sql = dashboard_sql(query)["session_ends"].replace(".sessions_daily ", f".{table} ")
+    table = "session_days" + ("_local" if storage.cluster else "")  # where the rows are
+    sql = dashboard_sql(query)["session_ends"].replace(".session_days ", f".{table} ")
     params = parameters(query)
     plan = "\n".join(row[0] for row in stored(client, f"EXPLAIN projections = 1 {sql}", **params))
-    assert "ReadFromMergeTree (ends_daily_bots)" in plan
+    assert "ReadFromMergeTree (day_sums)" in plan
 
     def sums(use_projection: int) -> list[tuple[Any, ...]]:
         setting = f" SETTINGS optimize_use_projections = {use_projection}"

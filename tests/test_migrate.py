@@ -131,6 +131,7 @@ RELEASED = {
     16: "b602f04aa0e90db6",
     17: "ecd577de1779e0fc",
     18: "ee549c2196359119",
+    19: "a99c507463cd7e33",
 }
 
 
@@ -167,6 +168,7 @@ def test_every_rollup_is_fed_by_a_view(client):
         "sessions_quarter",
         "audience_quarter",
         "session_values",
+        "session_days",
     }
 
 
@@ -508,6 +510,7 @@ def test_upgrade_to_the_corrected_comments_keeps_every_row(chdb_path):
             "016_column_comments",
             "017_event_id_comment",
             "018_event_id_hash_comments",
+            "019_exact_durations",
         ]
 
         assert [storage.query(sql) for sql in read] == before

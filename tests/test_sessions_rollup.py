@@ -21,6 +21,7 @@ import reference_filters as ref
 from conftest import auth, migrate_before, new_project
 from reference import Sent
 from tally.domain.filters import DIMENSIONS, parse_filters
+from tally.domain.metrics import stated_total
 from tally.query import Query, decide, filtered, onescan
 from tally.query.breakdown import breakdown_parameters, breakdown_sql, raw_breakdown_sql
 from tally.query.decider import AUDIENCE_COLUMNS, SESSIONS_ROLLUP, breakdown_table
@@ -33,6 +34,13 @@ from test_local_time import COLUMNS, _duration, store
 
 SESSION_DIMS = [name for name, d in DIMENSIONS.items() if d.is_session]
 EVENT_DIMS = [name for name, d in DIMENSIONS.items() if not d.is_session]
+
+
+def exact_sessions(rows: list[tuple]) -> list[tuple]:
+    """A session metrics row (sessions, with a pageview, bounced, ends, stated duration pairs,
+    other spans) with its durations as one exact total: paths sum the pairs differently (per
+    exponent, or per session in 10^-20 ms), to the same number."""
+    return [(*row[:4], stated_total(row[4]) + int(row[5])) for row in rows]
 
 
 def _rows(rows) -> list[dict]:
@@ -412,7 +420,7 @@ def test_upgrade_to_012_numbers_the_first_values_of_rows_written_before(chdb_pat
                     )
                     for rollup in (True, False)
                 )
-                assert a == b and a[0][3] > 0, raw
+                assert exact_sessions(a) == exact_sessions(b) and a[0][3] > 0, raw
 
         check()
         (schema,) = [m for m in load_migrations() if m.version == 12]

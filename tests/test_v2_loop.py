@@ -7,8 +7,9 @@ collect waited behind it). Checked here:
   values the answer shows (a bounce rate of 33.33 ties with another 33.33, whatever the
   fractions, and the next key decides), every dimension after;
 - pages put end to end are the one large page: no row skipped or repeated;
-- a ``visit_duration`` order over a fractional total (a stated ``durationMs`` of 1234.5), which
-  SQL cannot round exactly as a double, is ordered in Python and still exact;
+- a ``visit_duration`` order over a fractional total (a stated ``durationMs`` of 1234.5) is
+  ordered in SQL, exactly (in units of 10^-20 ms); one over a duration out of that scale (1e21
+  ms) is ordered in Python and still exact;
 - structurally, not by the clock: only the page's rows come back from storage, and the work per
   row (Decimal rounding) runs in a thread, not on the event loop's.
 """
@@ -36,9 +37,11 @@ PATHS = ["/", "/a", "/B", "/b", "/é", "/日本", "/z", "/a/b", "/~", "/Z"]
 SOURCES = ["Google", "Direct / None", "news", "日本語", "bing"]
 
 
-def _traffic(now: datetime, seed: int, fractional: bool) -> list[ref.Ev]:
+def _traffic(now: datetime, seed: int, kind: str) -> list[ref.Ev]:
     """Sessions whose groups tie often once rounded: durations of 100-102 ms (means of .5
-    rounding up, 100.33 and 100.67 rounding to the same integers), one to three pageviews."""
+    rounding up, 100.33 and 100.67 rounding to the same integers), one to three pageviews.
+    ``kind``: "whole" (those only), "fractional" (one of 1234.5 ms too), "outside" (and one of
+    1e21 ms, out of the scale SQL orders by, query/v2.py)."""
     rng = random.Random(seed)
     events: list[ref.Ev] = []
     base = now - timedelta(days=4)
@@ -61,12 +64,14 @@ def _traffic(now: datetime, seed: int, fractional: bool) -> list[ref.Ev]:
                     source=source,
                 )
             )
-        if session and (rng.random() < 0.8 or n == 7):
+        if session and (rng.random() < 0.8 or n in (7, 13)):
             stated: float | None = float(rng.choice([100, 101, 102]))
             if rng.random() < 0.2:
                 stated = None  # measured from the session's first event
-            if fractional and n == 7:
-                stated = 1234.5  # a fractional total: ordered in Python
+            if kind != "whole" and n == 7:
+                stated = 1234.5  # a fractional total: ordered in SQL, exactly
+            if kind == "outside" and n == 13:
+                stated = 1e21  # out of scale: ordered in Python
             events.append(
                 ref.Ev(
                     "session_end",
@@ -82,10 +87,10 @@ def _traffic(now: datetime, seed: int, fractional: bool) -> list[ref.Ev]:
 
 
 @functools.cache
-def _site(client: Any, fractional: bool) -> tuple[str, list[ref.Ev], list[str]]:
+def _site(client: Any, kind: str) -> tuple[str, list[ref.Ev], list[str]]:
     project_id, _ = new_project(client, user="loop")
     now = datetime.now(UTC).replace(microsecond=0)
-    events = _traffic(now, 5, fractional)
+    events = _traffic(now, 5, kind)
     store(client, project_id, sent(events))
     last = now.date() - timedelta(days=1)
     return project_id, events, [(last - timedelta(days=8)).isoformat(), last.isoformat()]
@@ -134,12 +139,12 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("fractional", [False, True], ids=["whole-ms", "fractional-ms"])
+@pytest.mark.parametrize("kind", ["whole", "fractional", "outside"])
 @pytest.mark.parametrize(("metrics", "dimensions", "order_by"), CASES)
 def test_sql_order_and_pages_are_the_documented_order_exactly(
-    client, metrics, dimensions, order_by, fractional
+    client, metrics, dimensions, order_by, kind
 ):
-    project_id, events, date_range = _site(client, fractional)
+    project_id, events, date_range = _site(client, kind)
     body: dict[str, Any] = {
         "site_id": project_id,
         "metrics": metrics,
@@ -165,7 +170,7 @@ def test_sql_order_and_pages_are_the_documented_order_exactly(
 def test_rounded_metrics_tie_and_the_next_key_decides(client):
     """The data has groups whose exact means differ but show the same number: the order by the
     shown number must fall through to the dimension, as the README's rules say."""
-    project_id, _events, date_range = _site(client, False)
+    project_id, _events, date_range = _site(client, "whole")
     body = {
         "site_id": project_id,
         "metrics": ["visit_duration", "bounce_rate"],
@@ -194,7 +199,7 @@ def test_an_empty_aggregate_is_zeros_and_its_second_page_empty(client, user):
 def test_only_the_page_reaches_python_and_off_the_event_loop(client, monkeypatch):
     """Structural: storage returns the page's rows only (not every group), and the per-row work
     (Decimal rounding of bounce_rate and visit_duration) runs where no event loop runs."""
-    project_id, events, date_range = _site(client, False)
+    project_id, events, date_range = _site(client, "whole")
     storage = client.app.state.storage
     returned: list[int] = []
     original = storage.report
@@ -234,9 +239,13 @@ def test_only_the_page_reaches_python_and_off_the_event_loop(client, monkeypatch
     assert len(threads) == 3 and not any(on_loop for _, on_loop in threads), threads
 
 
-def test_a_fractional_total_is_ordered_in_python_off_the_loop(client, monkeypatch):
-    """The one case SQL cannot order exactly: every group is read, then sorted in a thread."""
-    project_id, _events, date_range = _site(client, True)
+@pytest.mark.parametrize(("kind", "in_python"), [("fractional", []), ("outside", [False])])
+def test_a_duration_out_of_scale_is_ordered_in_python_off_the_loop(
+    client, monkeypatch, kind, in_python
+):
+    """The one case SQL cannot order exactly, a stated duration out of its scale (1e21 ms):
+    every group is read, then sorted in a thread. A fractional one (1234.5 ms) SQL orders."""
+    project_id, _events, date_range = _site(client, kind)
     sorts: list[bool] = []
     ordered_page = runner._ordered_page
 
@@ -257,8 +266,8 @@ def test_a_fractional_total_is_ordered_in_python_off_the_loop(client, monkeypatc
         "order_by": [["visit_duration", "desc"]],
     }
     _post(client, body)
-    assert sorts == [False]
+    assert sorts == in_python
     body["order_by"] = [["visits", "desc"]]  # not by visit_duration: SQL orders, exactly
     body["metrics"] = ["visit_duration", "visits"]
     _post(client, body)
-    assert sorts == [False]
+    assert sorts == in_python

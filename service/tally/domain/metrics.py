@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import ROUND_HALF_UP, Context, Decimal, localcontext
+from fractions import Fraction
 
 MAX_DAYS = 90  # the longest dashboard window
 LIST_LIMIT = 10  # rows in each top list
@@ -64,9 +67,21 @@ def bounce_rate(bounced: int, sessions_with_pageviews: int) -> float:
     return float(round_half_up(Decimal(100 * bounced) / Decimal(sessions_with_pageviews), 2))
 
 
-def mean_ms(total: float, count: int) -> int:
-    """Mean duration in whole milliseconds, half up; 0 when there is nothing to average."""
+def stated_total(pairs: Iterable[tuple[int, int]] | None) -> Fraction:
+    """The exact sum of stated durations from SQL's (exponent, sum of significands) pairs
+    (query/durations.py, schema 019): each sum times ten to its exponent. None: 0."""
+    total = Fraction(0)
+    for exponent, digits in pairs or ():
+        total += int(digits) * Fraction(10) ** int(exponent)
+    return total
+
+
+def mean_ms(total: Fraction | int, count: int) -> int:
+    """Mean duration in whole milliseconds, half up, of durations summing to ``total`` (exact);
+    0 when there is nothing to average. A total past the largest double (stated durations of
+    about 1e308 ms) counts as the largest double (README)."""
     if count <= 0:
         return 0
-    with localcontext(WIDE):
-        return int(round_half_up(exact(total) / Decimal(count), 0))
+    mean = min(Fraction(total), Fraction(LARGEST)) / count
+    whole = math.floor(abs(mean) + Fraction(1, 2))  # half up: away from zero
+    return whole if mean >= 0 else -whole

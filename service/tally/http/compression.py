@@ -2,8 +2,8 @@
 
 A dashboard's JSON crosses in under half its size gzipped (tests/test_compression.py), an
 export of a million events in about a seventh (README, "Export"). Plausible and Umami answer
-their API gzipped, and an analyst downloading an export over a WAN waits for the bytes. A client that takes gzip
-(``Accept-Encoding``; browsers and curl ``--compressed`` do) gets it, with
+their API gzipped, and an analyst downloading an export over a WAN waits for the bytes. A
+client that takes gzip (``Accept-Encoding``; browsers and curl ``--compressed`` do) gets it, with
 ``Content-Encoding: gzip`` and ``Vary: Accept-Encoding``; one that does not, or refuses it with
 ``q=0``, gets the bytes as before.
 

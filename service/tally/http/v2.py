@@ -31,7 +31,7 @@ NOTHING: dict[str, Any] = {
     "pageviews": 0,
     "events": 0,
     "bounce_rate": bounce_rate(0, 0),
-    "visit_duration": mean_ms(0.0, 0),
+    "visit_duration": mean_ms(0, 0),
 }
 
 # Any JSON value: the body checks of http/decoding.py before the query's own decoding.

@@ -26,14 +26,14 @@ def build_dashboard(rows: DashboardRows, window: Query) -> s.Dashboard:
     ]
     by_hour = {int(hour): int(count) for hour, count in rows.hours}
     sessions, with_pageviews, bounced, ends, total_duration = (
-        rows.sessions[0] if rows.sessions else (0, 0, 0, 0, 0.0)
+        rows.sessions[0] if rows.sessions else (0, 0, 0, 0, 0)
     )
     summary = s.Summary(
         total_events=sum(p.events for p in timeline),
         pageviews=sum(p.pageviews for p in timeline),
         unique_visitors=_scalar(rows.visitors),
         unique_sessions=int(sessions),
-        avg_session_duration_ms=mean_ms(float(total_duration or 0), int(ends)),
+        avg_session_duration_ms=mean_ms(total_duration, int(ends)),
         bounce_rate=bounce_rate(int(bounced), int(with_pageviews)),
         bot_events=rows.bots,
     )

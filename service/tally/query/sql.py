@@ -15,6 +15,7 @@ from typing import Any
 from ..domain.metrics import LIST_LIMIT, LIVE_WINDOW, RECENT_LIMIT
 from ..domain.ranges import MAX_RANGE_DAYS
 from .decider import Plan, decide
+from .durations import outside_pairs, scaled_sum
 from .model import Query
 
 # Whole UTC days first_utc_day..last_utc_day, as a half-open range: an empty one (a window with
@@ -91,7 +92,7 @@ def dashboard_sql(query: Query, plan: Plan | None = None) -> dict[str, str]:
     session_rows = _with_edge(
         plan,
         f"SELECT session_hash, pageviews AS pv, first_at, ends - ends_stated AS unstated "
-        f"FROM {{db}}.sessions_daily WHERE {DAY_RANGE}{b}",
+        f"FROM {{db}}.session_days WHERE {DAY_RANGE}{b}",
         "SELECT if(session_id = '', toUInt64(0), sipHash64(session_id)) AS session_hash, "
         "toUInt64(name = 'pageview') AS pv, occurred_at AS first_at, "
         "toInt64(name = 'session_end' AND duration_ms IS NULL) AS unstated "
@@ -105,17 +106,18 @@ def dashboard_sql(query: Query, plan: Plan | None = None) -> dict[str, str]:
                      toUnixTimestamp64Milli(min(first_at)) AS first_ms,
                      sum(unstated) AS unstated
               FROM ({session_rows}) GROUP BY session_hash)"""
-    # Additive sums: from sessions_daily's per-day projection (ends_daily_bots), plus the edge.
+    # Additive sums: from session_days' per-day projection (day_sums, schema 019), plus the
+    # edge. The stated durations exactly: in 10^-SCALE ms, and the rare others as pairs.
     out["session_ends"] = f"""
-        SELECT sum(ends), sum(stated_ms), sumIf(toInt128(unstated_at_ms), session_hash != 0)
-        FROM {{db}}.sessions_daily WHERE {DAY_RANGE}{b}"""
+        SELECT sum(ends), sumIf(toInt128(unstated_at_ms), session_hash != 0),
+               sum(stated_scaled), groupArrayArray(stated_outside)
+        FROM {{db}}.session_days WHERE {DAY_RANGE}{b}"""
     if plan.uses_raw_edge:
         out["session_ends_edge"] = f"""
             SELECT countIf(name = 'session_end'),
-                   sumIf(assumeNotNull(duration_ms),
-                         name = 'session_end' AND duration_ms IS NOT NULL),
                    sumIf(toInt128(toUnixTimestamp64Milli(occurred_at)),
-                         name = 'session_end' AND duration_ms IS NULL AND session_id != '')
+                         name = 'session_end' AND duration_ms IS NULL AND session_id != ''),
+                   {scaled_sum()}, {outside_pairs()}
             FROM {{db}}.events WHERE {EDGE}{b}"""
     # Distinct visitors per local day (g = 0) and in the window (g = 1).
     if plan.utc_days and query.exclude_bots:

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
-from ..domain.metrics import LIST_LIMIT, RECENT_LIMIT
+from ..domain.metrics import LIST_LIMIT, RECENT_LIMIT, stated_total
 from ..query import Query, decide, filtered, onescan
+from ..query.durations import SCALE
 from ..query.sql import PER_DAY, PER_HOUR, PER_NAME, dashboard_sql, parameters
 from .client import Storage, together
 
@@ -22,9 +23,9 @@ Rows = list[tuple[Any, ...]]
 class DashboardRows:
     """The dashboard's facts, one list of rows per part of the response. ``sessions`` is one row:
     (sessions, sessions with a pageview, bounced sessions, session_end events, their total
-    duration in milliseconds). ``timeline`` rows are (local day, events, pageviews);
-    ``day_visitors`` maps a local day to its distinct visitors; ``bots`` is the bot events left
-    out of the window."""
+    duration in milliseconds, exact: a Fraction). ``timeline`` rows are (local day, events,
+    pageviews); ``day_visitors`` maps a local day to its distinct visitors; ``bots`` is the bot
+    events left out of the window."""
 
     timeline: Rows
     names: Rows
@@ -112,12 +113,13 @@ def assemble(results: dict[str, Rows]) -> DashboardRows:
     hours = [(h, c) for g, _, _, h, c, _ in quarters if g == PER_HOUR]
     clients = results["clients"]
     sessions, with_pageviews, bounced, unstated_first = results["sessions"][0]
-    ends, stated, unstated_at = results["session_ends"][0]
+    ends, unstated_at, scaled, outside = results["session_ends"][0]
+    stated = [(-SCALE, int(scaled)), *outside]  # (exponent, significands): query/durations.py
     if "session_ends_edge" in results:
-        edge_ends, edge_stated, edge_unstated_at = results["session_ends_edge"][0]
-        ends, stated = int(ends) + int(edge_ends), float(stated) + float(edge_stated)
-        unstated_at = int(unstated_at) + int(edge_unstated_at)
-    duration = float(stated) + float(int(unstated_at) - int(unstated_first))
+        edge_ends, edge_unstated_at, edge_scaled, edge_outside = results["session_ends_edge"][0]
+        ends, unstated_at = int(ends) + int(edge_ends), int(unstated_at) + int(edge_unstated_at)
+        stated += [(-SCALE, int(edge_scaled)), *edge_outside]
+    duration = stated_total(stated) + (int(unstated_at) - int(unstated_first))
     visitors = results["visitors"]
     bots = results.get("bots")
     return DashboardRows(
@@ -176,7 +178,8 @@ async def latest_events(
 
 
 def _raw_rows(r: dict[str, Rows]) -> DashboardRows:
-    sessions, with_pageviews, bounced, ends, duration = r["sessions"][0]
+    sessions, with_pageviews, bounced, ends, stated, unstated = r["sessions"][0]
+    duration = stated_total(stated) + int(unstated or 0)
     bots = r.get("bots")
     return DashboardRows(
         timeline=[(d, c, pv) for d, c, pv, _ in r["days"]],
@@ -187,7 +190,7 @@ def _raw_rows(r: dict[str, Rows]) -> DashboardRows:
         browsers=r["browsers"],
         devices=r["devices"],
         visitors=r["visitors"],
-        sessions=[(sessions, with_pageviews, bounced, ends, float(duration or 0))],
+        sessions=[(sessions, with_pageviews, bounced, ends, duration)],
         recent=r["recent"],
         live=r["live"],
         day_visitors={d: int(v) for d, _, _, v in r["days"]},

@@ -85,6 +85,7 @@ SHARDING_KEYS: dict[str, str] = {
     "sessions_quarter": PROJECT_SHARD,
     "audience_quarter": PROJECT_SHARD,
     "session_values": PROJECT_SHARD,
+    "session_days": PROJECT_SHARD,
     "projects": "cityHash64(id)",
     "api_keys": PROJECT_SHARD,
     "api_key_usage": PROJECT_SHARD,
@@ -95,10 +96,12 @@ _CREATE_TABLE = re.compile(r"\ACREATE TABLE IF NOT EXISTS \$\{db\}\.(\w+)\n")
 _CREATE_VIEW = re.compile(r"\ACREATE MATERIALIZED VIEW IF NOT EXISTS \$\{db\}\.(\w+) TO ")
 _ENGINE = re.compile(r"^ENGINE = (\w*)MergeTree(?:\((.*)\))?$", re.MULTILINE)
 _TABLE_REF = re.compile(r"\$\{db\}\.(\w+)")
-# ALTERs that change only how a table stores its rows (a projection, a MergeTree setting): on a
-# cluster they belong to the local tables, not to the Distributed table in front of them.
+# ALTERs that change only how a table stores its rows (a projection, a MergeTree setting, a
+# MATERIALIZED column written for the parts stored before): on a cluster they belong to the
+# local tables, not to the Distributed table in front of them.
 _ALTER_STORAGE = re.compile(
-    r"\AALTER TABLE \$\{db\}\.(\w+) (?=(?:ADD|MATERIALIZE|DROP) PROJECTION |MODIFY SETTING )"
+    r"\AALTER TABLE \$\{db\}\.(\w+) "
+    r"(?=(?:ADD|MATERIALIZE|DROP) PROJECTION |MATERIALIZE COLUMN |MODIFY SETTING )"
 )
 # ALTERs that change the columns: the local tables first, then the Distributed table in front.
 _ALTER_COLUMNS = re.compile(r"\AALTER TABLE \$\{db\}\.(\w+) (?=(?:ADD|COMMENT) COLUMN )")
@@ -271,6 +274,7 @@ RECORDED_TEXTS: dict[int, dict[str, str]] = {
     16: {"b602f04aa0e90db6": "c3691f959f01c40b"},
     17: {"ecd577de1779e0fc": "67c11536d55324e8"},
     18: {"ee549c2196359119": "113d7d4ddb2302cb"},
+    19: {"a99c507463cd7e33": "20cd6e0c92a730a3"},
 }
 
 
@@ -380,6 +384,7 @@ RETENTION_COLUMNS: dict[str, str] = {
     "sessions_quarter": "toStartOfDay(bucket)",
     "audience_quarter": "toStartOfDay(bucket)",
     "session_values": "seen",
+    "session_days": "toDateTime(day, 'UTC')",
 }
 
 

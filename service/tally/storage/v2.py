@@ -5,7 +5,7 @@ The order and the page are taken in SQL (query/v2.py), so only the page's rows (
 come back, and what Python does per row (the rounding of ``bounce_rate`` and ``visit_duration``
 with Decimal) runs in a thread, off the event loop: a query of 270k groups held the worker's loop
 for seconds before, health checks and collects waiting behind it. When SQL cannot order exactly
-(a ``visit_duration`` order over a total that is not a whole number of milliseconds below 2^53)
+(a ``visit_duration`` order where a stated duration is out of the scale query/v2.py orders by)
 every group is read and ordered in Python, in a thread too."""
 
 from __future__ import annotations
@@ -14,12 +14,14 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..domain.metrics import bounce_rate, mean_ms
+from ..domain.metrics import bounce_rate, mean_ms, stated_total
 from ..query import Query, filtered
+from ..query.durations import SCALE
 from ..query.v2 import NUMBERS, SESSION_NUMBERS, groups_sql, page_sql
 from .client import Storage
 
 Row = tuple[list[str], dict[str, Any]]
+OUTSIDE_N = NUMBERS.index("outside_n")
 
 
 def _values(row: Sequence[Any], n: int, metrics: Sequence[str]) -> dict[str, Any]:
@@ -30,7 +32,11 @@ def _values(row: Sequence[Any], n: int, metrics: Sequence[str]) -> dict[str, Any
         if name == "bounce_rate":
             out[name] = bounce_rate(int(numbers["bounced"]), int(numbers["with_pv"]))
         elif name == "visit_duration":
-            out[name] = mean_ms(float(numbers["total"] or 0), int(numbers["ends"]))
+            if len(numbers["outside"]) != int(numbers["outside_n"] or 0):  # fetch_v2 asks
+                raise RuntimeError("visit_duration needs the pairs of its durations out of scale")
+            stated = [(-SCALE, int(numbers["stated"] or 0)), *numbers["outside"]]
+            total = stated_total(stated) + int(numbers["unstated"] or 0)
+            out[name] = mean_ms(total, int(numbers["ends"]))
         else:
             out[name] = int(numbers[name])
     return out
@@ -82,10 +88,14 @@ async def fetch_v2(
     sql = page_sql(query, dimensions, order_by, limit, offset, sessions)
     page = await storage.report(sql.replace("{db}", storage.database), params)
     if any(name == "visit_duration" for name, _ in order_by) and page and page[0][-1]:
-        # Some group's total is fractional or past 2^53: order every group in Python.
-        every = groups_sql(query, dimensions, sessions).replace("{db}", storage.database)
-        groups = await storage.report(every, params)
+        # Some group has a duration out of scale: order every group in Python, exactly.
+        every = groups_sql(query, dimensions, sessions, outside=True)
+        groups = await storage.report(every.replace("{db}", storage.database), params)
         return await asyncio.to_thread(
             _ordered_page, groups, dimensions, metrics, order_by, limit, offset
         )
+    if "visit_duration" in metrics and any(row[n + OUTSIDE_N] for row in page):
+        # A row of the page has a duration out of scale: the page again, with their pairs.
+        sql = page_sql(query, dimensions, order_by, limit, offset, sessions, outside=True)
+        page = await storage.report(sql.replace("{db}", storage.database), params)
     return await asyncio.to_thread(_rows, page, n, metrics)
