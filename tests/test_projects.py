@@ -930,6 +930,7 @@ PROJECT_TABLES = {
     "clients_daily",
     "visitors_daily",
     "sessions_daily",
+    "session_days",
     "api_key_usage",
 }
 

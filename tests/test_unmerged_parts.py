@@ -1,5 +1,5 @@
 """The dashboard's session metrics (sessions, bounce rate, average duration) merge each session's
-rows of ``sessions_daily`` over the days of the window and the raw edges, and a UTC project's
+rows of ``session_days`` over the days of the window and the raw edges, and a UTC project's
 visitors per day are the merged rows of ``visitors_daily`` (query/sql.py). Here is what those
 merges must catch: a session over several days and a session id used again weeks later, bot and
 other events in one session, a session's or a visitor's day written by two INSERTs, each event
@@ -95,12 +95,12 @@ def test_sessions_over_days_and_bot_flags_count_once_from_unmerged_parts(client)
     groups = awkward_sessions(now)
     bulk = zone_events(now, "Asia/Kathmandu", [], seed=17)
     distinct_times([e for g in groups for e in g] + bulk)
-    with merges_stopped(storage, "sessions_daily", "visitors_daily"):
+    with merges_stopped(storage, "session_days", "visitors_daily"):
         insert_events(storage, project_id, bulk)
         for group in groups:
             insert_events(storage, project_id, group)
         # A session's day and a visitor's day each in more than one unmerged row.
-        for table, key in (("sessions_daily", "session_hash"), ("visitors_daily", "visitor_hash")):
+        for table, key in (("session_days", "session_hash"), ("visitors_daily", "visitor_hash")):
             rows, keys = storage.query(
                 f"SELECT count(), uniqExact(day, {key}, is_bot) FROM {storage.database}.{table} "
                 "WHERE project_id = {p:String}",

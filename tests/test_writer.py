@@ -86,6 +86,7 @@ def test_retried_insert_with_the_same_token_stores_nothing_twice(client):
         ("clients_daily", "events"),
         ("visitors_daily", "events"),
         ("sessions_daily", "events"),
+        ("session_days", "events"),
     ]:
         total = storage.query(
             f"SELECT sum({column}) FROM {storage.database}.{table} WHERE project_id = {{p:String}}",
@@ -109,7 +110,7 @@ def test_reads_answer_503_while_storage_fails(make_client):
         project_id, _ = new_project(client, user="reader")
         db = client.app.state.storage.database
         # Ownership, once known, is remembered: the dashboard and key list fail on their own reads.
-        away = ("projects", "sessions_daily", "api_keys")
+        away = ("projects", "session_days", "api_keys")
         for table in away:
             client.app.state.storage.command(f"RENAME TABLE {db}.{table} TO {db}.{table}_away")
         try:

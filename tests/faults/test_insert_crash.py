@@ -84,7 +84,7 @@ counted = {
     "events_daily": "count()", "events_hourly": "count()", "clients_daily": "count()",
     "visitors_daily": "countIf(visitor_id != '')", "events_quarter": "count()",
     "visitors_quarter": "countIf(visitor_id != '')", "audience_quarter": "count()",
-    "sessions_daily": "count()", "sessions_quarter": "count()",
+    "sessions_daily": "count()", "session_days": "count()", "sessions_quarter": "count()",
     "paths_daily": "countIf(name = 'pageview' AND path != '')",
     "referrers_daily": "countIf(name = 'pageview' AND referrer != '')",
 }

@@ -17,7 +17,7 @@
   (query/filtered.py).
   A filtered dashboard reads the raw table; session filters find their sessions in
   ``sessions_quarter`` rather than grouping the window's raw events by session, and under event
-  filters only the session metrics read the kept sessions' rows of ``sessions_daily`` (the
+  filters only the session metrics read the kept sessions' rows of ``session_days`` (the
   whole UTC days of the plan below, and the raw edges).
 - The latest events and live visitors are read from the raw table, as before.
 """

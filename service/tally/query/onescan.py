@@ -11,7 +11,7 @@ again. Here the same answers come from three queries:
   ``LIST_LIMIT`` in SQL by the same order as before.
 - *sessions*: the session metrics of the sessions with a kept event, each session's rows
   merged: of ``sessions_quarter`` (schema 012 keeps its session_end events there) kept by the
-  session filters on its value hashes; under event filters only, of ``sessions_daily`` (and
+  session filters on its value hashes; under event filters only, of ``session_days`` (and
   the raw edges) by a semi-join on the kept events' session keys; under both, of
   ``sessions_quarter`` by that semi-join. ``rollup=False`` groups the window's raw events by
   session instead (the per-part path's query; the tests compare both).
@@ -139,11 +139,11 @@ def sessions_sql(query: Query, rollup: bool = True) -> str:
     if rollup:
         # Each session's rows merged: under session filters only, its rows of sessions_quarter
         # (schema 012) kept by the filters on its merged values; under event filters only, its
-        # days of sessions_daily when it has a kept event (a semi-join on the kept events'
+        # days of session_days when it has a kept event (a semi-join on the kept events'
         # keys); under both, its rows of sessions_quarter by that semi-join.
         if events == "1":
             return rollup_session_metrics_sql(query, having=session_filters_having(query))
-        if session == "1":  # event filters only: the kept sessions' days (sessions_daily)
+        if session == "1":  # event filters only: the kept sessions' days (session_days)
             return daily_session_metrics_sql(query, kept_keys, events)
         return rollup_session_metrics_sql(query, keys=f"session_key IN ({kept_keys})")
     # Under event filters, only the sessions with a kept event are grouped (a semi-join on the
