@@ -11,8 +11,8 @@ exponent (``sumMap``, a few exponents) where one aggregate covers every row, and
 one count of 10^-20 ms plus the rare durations out of that scale, where a ``sumMap`` state per
 session cost too much.
 
-The SQL that splits a Float64 lives here once: the schema file writes it out for
-``events.duration_*`` (tests/test_durations.py checks that the two are the same text), and the
+The SQL lives here once: the schema file writes it out for ``events.duration_*`` and for
+``session_days``' sums (tests/test_durations.py checks that they are the same text), and the
 queries over ``sessions_quarter.ends_stated`` (the doubles' bits) split each value when read."""
 
 from __future__ import annotations

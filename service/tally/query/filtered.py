@@ -152,10 +152,11 @@ def kept_conditions(query: Query, rollup: bool = True) -> tuple[str, str]:
 
 def session_metrics_sql(query: Query, sessions: str) -> str:
     """(sessions, with a pageview, bounced, session_end events, their stated durations as
-    (exponents, sums of significands), the other ends' durations in ms) over the window's events
-    of the sessions that ``sessions`` (a condition on base's rows) keeps, each session whole;
-    events without a session id count in none of the session figures. The stated durations are
-    summed exactly (query/durations.py); ``domain.metrics.stated_total`` adds them up."""
+    (exponent, sum of significands) pairs, the other ends' durations in ms) over the window's
+    events of the sessions that ``sessions`` (a condition on base's rows) keeps, each session
+    whole; events without a session id count in none of the session figures. The stated
+    durations are summed exactly (query/durations.py); ``domain.metrics.stated_total`` adds the
+    pairs up."""
     ms = "toInt128(toUnixTimestamp64Milli(occurred_at))"
     unstated = "name = 'session_end' AND duration_ms IS NULL"
     stated = scaled_pairs("sum(stated)", "groupArrayArray(outside)")
