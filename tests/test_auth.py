@@ -13,7 +13,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from conftest import JWT_SECRET
+from conftest import JWT_SECRET, new_project, stored
 
 
 def bearer(tok: str) -> dict[str, str]:
@@ -222,3 +222,42 @@ def test_hs256_signed_with_the_public_key_is_refused(make_client, jwks):
         forged = b".".join([header, payload, signature]).decode()
         assert status(client, forged) == 401
         assert status(client, unsigned(claims())) == 401
+
+
+# --- one credential per request ----------------------------------------------------------------
+def test_two_authorization_headers_are_refused(client, user):
+    """A proxy and Tally could each read a different one of two Authorization headers, so a
+    request with two is refused whole (401), even when both are the same valid token; one of
+    them alone passes."""
+    valid = f"Bearer {hs(claims(sub=user))}"
+    for second in (valid, "Bearer not-a-token", f"Bearer {hs(claims(sub='mallory'))}"):
+        response = client.get(
+            "/api/projects", headers=[("authorization", valid), ("authorization", second)]
+        )
+        assert response.status_code == 401, (second, response.text)
+        assert response.json() == {"error": "Unauthorized"}
+    assert client.get("/api/projects", headers=[("authorization", valid)]).status_code == 200
+
+
+def test_two_api_keys_are_refused(client, user):
+    """Two keys in one collect request: two ``x-api-key`` headers are 401 ``Invalid API key``,
+    on the fast path and the route alike; two ``apiKey`` parameters are a 400 of the query check,
+    as any parameter given twice. Nothing of them is stored; one key alone is accepted."""
+    project, key = new_project(client, user)
+    _, other = new_project(client, user, name="Other")
+    event = {"events": [{"name": "pageview", "path": "/two-keys"}]}
+    for headers in (
+        [("x-api-key", key), ("x-api-key", key)],
+        [("x-api-key", key), ("x-api-key", other)],
+    ):
+        response = client.post("/api/collect", json=event, headers=headers)
+        assert response.status_code == 401, response.text
+        assert response.json() == {"error": "Invalid API key"}
+    response = client.post(f"/api/collect?apiKey={key}&apiKey={other}", json=event)
+    assert response.status_code == 400, response.text
+    assert "more than once" in response.text
+    assert client.post("/api/collect", json=event, headers={"x-api-key": key}).status_code == 202
+    rows = stored(
+        client, "SELECT count() FROM {db}.events WHERE project_id = {p:String}", p=project
+    )
+    assert rows == [(1,)]

@@ -162,7 +162,12 @@ def issue_token(
 
 
 def _bearer(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
-    header = connection.headers.get("authorization", "")
+    headers = connection.headers.getall("authorization", [])
+    if len(headers) > 1:
+        # Two credentials are one too many: which one a proxy or a server reads differs, so
+        # neither is taken (401), rather than the first one.
+        return None
+    header = headers[0] if headers else ""
     scheme, _, token = header.partition(" ")
     if scheme.lower() == "bearer" and token.strip():
         return token.strip()
@@ -194,7 +199,11 @@ async def api_key_guard(
     connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler
 ) -> None:
     # The header wins over the query parameter when both are present.
-    key = connection.headers.get("x-api-key") or connection.query_params.get("apiKey")
+    # (A parameter given twice is refused before this: http/query.py.)
+    headers = connection.headers.getall("x-api-key", [])
+    if len(headers) > 1:
+        raise Unauthorized("Invalid API key")  # two keys: neither is taken
+    key = (headers[0] if headers else "") or connection.query_params.get("apiKey")
     if not key:
         raise Unauthorized("Missing API key")
     record = await connection.app.state.registry.resolve(hash_key(key))

@@ -121,6 +121,8 @@ class CollectFastPath:
             except ValueError:
                 pass
         # 2. the key (the guard): a key this worker does not know goes to the route's guard.
+        if sum(name == b"x-api-key" for name, _ in scope["headers"]) > 1:
+            raise _Declined  # two keys: the route's guard refuses them
         key = _header(scope, b"x-api-key")
         if not key:
             raise Unauthorized("Missing API key")
