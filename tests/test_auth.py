@@ -239,6 +239,22 @@ def test_two_authorization_headers_are_refused(client, user):
     assert client.get("/api/projects", headers=[("authorization", valid)]).status_code == 200
 
 
+def test_two_session_cookies_are_refused(client, user):
+    """Two ``tally_session`` cookies (one per path or domain: a ``Path=/`` cookie planted from a
+    sibling subdomain beside the page's own) are 401, in one Cookie line or across two; the last
+    was taken in one line and the first across two. Other cookies beside one are fine."""
+    mine, other = hs(claims(sub=user)), hs(claims(sub="mallory"))
+    for headers in (
+        [("cookie", f"tally_session={mine}; tally_session={other}")],
+        [("cookie", f"tally_session={mine}"), ("cookie", f"tally_session={other}")],
+        [("cookie", f"tally_session={mine}; tally_session={mine}")],
+    ):
+        response = client.get("/api/projects", headers=headers)
+        assert (response.status_code, response.json()) == (401, {"error": "Unauthorized"})
+    one = [("cookie", f"theme=dark; tally_session={mine}; tally_session_x=1")]
+    assert client.get("/api/projects", headers=one).status_code == 200
+
+
 def test_two_api_keys_are_refused(client, user):
     """Two keys in one collect request: two ``x-api-key`` headers are 401 ``Invalid API key``,
     on the fast path and the route alike; two ``apiKey`` parameters are a 400 of the query check,

@@ -292,7 +292,7 @@ def test_duplicate_keys_are_always_found(events, spaced, data):
     separators = (", ", ": ") if spaced else (",", ":")
     raw = json.dumps({"events": events}, separators=separators, ensure_ascii=False)
     body = raw.encode()
-    check_body(collect_decoder, body, "application/json", _collect_strings)  # accepted
+    check_body(collect_decoder, body, ["application/json"], _collect_strings)  # accepted
     # Now repeat one key of one object: always refused, fast path or not.
     event = data.draw(st.integers(0, len(events) - 1))
     compact = {"separators": (",", ":"), "ensure_ascii": False}
@@ -303,7 +303,7 @@ def test_duplicate_keys_are_always_found(events, spaced, data):
     events_text[event] = doubled
     hostile = ('{"events":[' + ",".join(events_text) + "]}").encode()
     with pytest.raises(ValidationException):
-        check_body(collect_decoder, hostile, "application/json", _collect_strings)
+        check_body(collect_decoder, hostile, ["application/json"], _collect_strings)
 
 
 def test_long_numbers_are_refused_and_long_digit_strings_are_not(client, owned):

@@ -375,6 +375,10 @@ def test_peer_address_without_forwarded_for(client, project):
         ("[8.8.8.8]:80", "testclient", "Unknown"),
         ("2a00:1450::zz", "testclient", "Unknown"),
         ("<script>", "testclient", "Unknown"),
+        # A zone (an interface of the sender's host) is no client's; any text may follow the %.
+        ("fe80::1%eth0", "testclient", "Unknown"),
+        ("2a00:1450:4001:80b::200e%' OR '1'='1", "testclient", "Unknown"),
+        ("[2a00:1450:4001:80b::200e%" + "A" * 5000 + "]:443", "testclient", "Unknown"),
     ],
 )
 @pytest.mark.parametrize("key_in", ["header", "query"])  # the fast path, the Litestar route

@@ -434,6 +434,19 @@ def test_columns_added_later_come_along(make_client: Any, user: str) -> None:
             "projectId={p}&from=2026-01-01&to=2026-01-02&format=xlsx",
             {"$.format": "must be one of csv, ndjson, parquet"},
         ),
+        # Given empty is not absent: `format=` was read as csv, and the others said "required".
+        (
+            "projectId={p}&from=2026-01-01&to=2026-01-02&format=",
+            {"$.format": "must be one of csv, ndjson, parquet"},
+        ),
+        (
+            "projectId=&from=&to=",
+            {
+                "$.projectId": "must be a 24-character id (lowercase hex digits)",
+                "$.from": "must be a date as YYYY-MM-DD",
+                "$.to": "must be a date as YYYY-MM-DD",
+            },
+        ),
     ],
 )
 def test_bad_queries_are_400_in_plain_words(

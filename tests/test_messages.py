@@ -7,7 +7,7 @@ import gzip
 
 import pytest
 
-from conftest import auth, new_project
+from conftest import auth, new_project, stored
 from tally.domain.projects import CONTROL_RULE, LABEL_RULE, NAME_RULE, VISIBLE_RULE
 from tally.http.messages import plain
 
@@ -156,6 +156,63 @@ def test_a_compressed_body_is_refused_saying_so(client, route):
         target, content=plain, headers=headers | {"content-encoding": "identity"}
     )
     assert accepted.status_code in (201, 202), accepted.text
+
+
+@pytest.mark.parametrize("route", ["collect fast path", "collect route", "projects", "v2"])
+def test_repeated_body_headers_are_read_whole(client, route):
+    """Two Content-Encoding lines are one list (``identity`` then ``gzip`` is gzip), and two
+    Content-Type lines are refused: only the first line of each was read, so a gzip body after
+    an identity line was "not valid UTF-8" and application/json then text/html was accepted
+    while the other order was refused. Nothing of a refused body is stored."""
+    project, key = new_project(client, user="messages")
+    plain = {
+        "projects": b'{"name":"Site"}',
+        "v2": b'{"site_id":"%s","metrics":["visitors"],"date_range":"7d"}' % project.encode(),
+    }.get(route, b'{"events":[{"name":"repeated-headers"}]}')
+    target, headers = {
+        "collect fast path": ("/api/collect", [("x-api-key", key)]),
+        "collect route": (f"/api/collect?apiKey={key}", []),
+        "projects": ("/api/projects", list(auth("messages").items())),
+        "v2": ("/api/v2/query", list(auth("messages").items())),
+    }[route]
+    json_type = [("content-type", "application/json")]
+    cases = [
+        (
+            gzip.compress(plain),
+            [*json_type, ("content-encoding", "identity"), ("content-encoding", "gzip")],
+            "must be sent uncompressed; Content-Encoding gzip is not accepted",
+        ),
+        (
+            plain,
+            [*json_type, ("content-encoding", "gzip"), ("content-encoding", "identity")],
+            "must be sent uncompressed; Content-Encoding gzip is not accepted",
+        ),
+        (
+            plain,
+            [*json_type, ("content-type", "text/html")],
+            "the Content-Type header is given more than once; send one",
+        ),
+        (
+            plain,
+            [("content-type", "text/html"), *json_type],
+            "the Content-Type header is given more than once; send one",
+        ),
+    ]
+    for body, lines, message in cases:
+        response = client.post(target, content=body, headers=headers + lines)
+        assert response.status_code == 400, (lines, response.text)
+        assert response.json() == {
+            "error": "Invalid payload",
+            "details": [{"path": "$", "message": message}],
+        }, lines
+    if route.startswith("collect"):
+        refused = stored(
+            client, "SELECT count() FROM {db}.events WHERE project_id = {p:String}", p=project
+        )
+        assert refused == [(0,)]
+    two_identities = [("content-encoding", "identity"), ("content-encoding", "identity")]
+    accepted = client.post(target, content=plain, headers=headers + json_type + two_identities)
+    assert accepted.status_code in (200, 201, 202), accepted.text
 
 
 def test_a_metadata_number_out_of_range_names_its_key(client):
@@ -346,6 +403,12 @@ def test_v2_query_messages(client, body, path, message):
             b'{"site_id":"000000000000000000000000","metrics":["visitors"],"date_range":"7d",'
             b'"filters":[["is","event:page",[1,-1e999]]]}',
             "$.filters[0][2][1]",
+        ),
+        # An integer too long for Python's own parser (over 4,300 digits) is named too.
+        (
+            b'{"site_id":"000000000000000000000000","metrics":["visitors"],"date_range":"7d",'
+            b'"pagination":{"limit":1' + b"0" * 5000 + b"}}",
+            "$.pagination.limit",
         ),
     ],
 )

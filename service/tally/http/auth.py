@@ -171,6 +171,16 @@ def _bearer(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
     scheme, _, token = header.partition(" ")
     if scheme.lower() == "bearer" and token.strip():
         return token.strip()
+    named = [
+        part
+        for line in connection.headers.getall("cookie", [])
+        for part in line.split(";")
+        if part.strip().partition("=")[0].strip() == SESSION_COOKIE
+    ]
+    if len(named) > 1:
+        # Two session cookies (one per path or domain, say one planted from a sibling
+        # subdomain): the last was taken within one Cookie line and the first across two.
+        return None
     cookie = connection.cookies.get(SESSION_COOKIE) or None
     if cookie and connection.scope.get("method") == "POST":
         # CSRF: a cross-site page can make a browser send the cookie with a "simple" POST

@@ -60,6 +60,11 @@ class _Declined(Exception):
     """The request is the Litestar route's to answer (nothing was read)."""
 
 
+def _headers(scope: Scope, name: bytes) -> list[str]:
+    """Every value of the header ``name`` (lower case), in order."""
+    return [bytes(value).decode("latin-1") for key, value in scope["headers"] if key == name]
+
+
 def _header(scope: Scope, name: bytes) -> bytes | None:
     for key, value in scope["headers"]:
         if key == name:
@@ -132,14 +137,12 @@ class CollectFastPath:
         # 3. the body, within the cap and the read deadline.
         body = await self._read(receive)
         # 4. decoding and every check of the bytes.
-        content_type = _header(scope, b"content-type")
-        content_encoding = _header(scope, b"content-encoding")
         data = check_body(
             _decoder,
             body,
-            None if content_type is None else content_type.decode("latin-1"),
+            _headers(scope, b"content-type"),
             _count_strings,
-            None if content_encoding is None else content_encoding.decode("latin-1"),
+            _headers(scope, b"content-encoding"),
         )
         # 5. what the route's handler does too (http/controllers.py's collect).
         user_agent = (_header(scope, b"user-agent") or b"").decode("latin-1")

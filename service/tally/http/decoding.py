@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
 import msgspec
@@ -76,9 +76,9 @@ class StructDTO(AbstractDTO[T], Generic[T]):
         return check_body(
             self._decoders[self.model_type],
             value,
-            headers.get("content-type"),
+            headers.getall("content-type", []),
             _KEY_COUNTERS.get(self.model_type),
-            headers.get("content-encoding"),
+            headers.getall("content-encoding", []),
         )
 
     def decode_builtins(self, value: Any) -> Any:
@@ -91,18 +91,28 @@ class StructDTO(AbstractDTO[T], Generic[T]):
 def check_body(
     decoder: msgspec.json.Decoder[Any],
     value: bytes,
-    content_type: str | None,
+    content_type: Sequence[str],
     count_keys: Callable[[Any], int] | None = None,
-    content_encoding: str | None = None,
+    content_encoding: Sequence[str] = (),
 ) -> Any:
-    """Decode ``value`` with ``decoder``, or raise the 400 that says why not. ``count_keys``
-    counts the keys of a decoded body (a fast path for the duplicate-key check)."""
-    coding = (content_encoding or "").strip().lower()
-    if coding not in ("", "identity"):
+    """Decode ``value`` with ``decoder``, or raise the 400 that says why not. ``content_type``
+    and ``content_encoding`` are the values of every such header line of the request (none, one
+    or more); ``count_keys`` counts the keys of a decoded body (a fast path for the
+    duplicate-key check)."""
+    # Several Content-Encoding lines are one list (RFC 9110, 5.3): identity, gzip is gzip. Only
+    # the first was read, so a gzip body after an "identity" line was "not valid UTF-8".
+    codings = [c.strip().lower() for line in content_encoding for c in line.split(",")]
+    coding = ", ".join(c for c in codings if c not in ("", "identity"))
+    if coding:
         # Bodies are read as sent: a gzip body was refused as "not valid UTF-8", and plain JSON
         # labelled gzip was accepted.
         raise _refuse("$", f"must be sent uncompressed; Content-Encoding {coding} is not accepted")
-    media = (content_type or "").split(";", 1)[0].strip().lower()
+    media = (content_type[0] if content_type else "").split(";", 1)[0].strip().lower()
+    if len(content_type) > 1 or "," in media:
+        # One body has one type (a comma joins two lines' values; a media type has none). The
+        # first line was read: application/json, then text/html was accepted, the other way
+        # round refused.
+        raise _refuse("$", "the Content-Type header is given more than once; send one")
     if media not in JSON_TYPES:
         raise _refuse(
             "$",
@@ -239,6 +249,10 @@ _MALFORMED_AT = re.compile(r"^JSON is malformed: invalid character \(byte (\d+)\
 _AT = re.compile(r"`\$\.?(.*)`$")
 
 
+# msgspec's words for a number no double holds, and for an integer too long to read at all.
+_OUT_OF_RANGE = ("Number out of range", "Integer value out of range")
+
+
 def _invalid(message: str, body: bytes | None = None) -> ValidationException:
     """msgspec's "<message> - at `$.a.b`" (or "- at `key` in `$.a`") as a validation error for
     the body, in plain words (http/messages.py), naming the path. msgspec names a value of an
@@ -252,7 +266,7 @@ def _invalid(message: str, body: bytes | None = None) -> ValidationException:
     if body is not None and (value_of := _METADATA_VALUE.match(path)):
         name = _bad_metadata_key(body, int(value_of.group(1)))
         path = path.removesuffix("[...]") + ("" if name is None else member(name))
-    elif body is not None and "[...]" in path and text == "Number out of range":
+    elif body is not None and "[...]" in path and text in _OUT_OF_RANGE:
         # A body decoded without a shape (v2's first checks) names every key ``[...]``.
         path = _infinite_number_path(body) or path
     return ValidationException(
@@ -277,7 +291,9 @@ def _infinite_number_path(body: bytes) -> str | None:
     """The path of the first number of ``body`` too large for a double (Python's parser reads
     it as infinity), or None."""
     try:
-        document = json.loads(body)
+        # Integers read as doubles: one too long for Python's int parser (over 4,300 digits)
+        # is infinity too, rather than a ValueError and no path.
+        document = json.loads(body, parse_int=float)
     except (ValueError, RecursionError):
         return None
     stack: list[tuple[Any, str]] = [(document, "$")]

@@ -80,7 +80,7 @@ def _invalid(details: list[tuple[str, str]]) -> ValidationException:
 
 
 def _day(value: str | None, name: str, problems: list[tuple[str, str]]) -> date | None:
-    if value is None or value == "":
+    if value is None:  # given empty (``from=``), it is not a date: said so below
         problems.append((name, "is required"))
         return None
     try:
@@ -99,7 +99,7 @@ def parse_query(
     """The export the query asks for; ValidationException (400 Invalid query) naming each rule
     that failed."""
     problems: list[tuple[str, str]] = []
-    if not project_id:
+    if project_id is None:  # given empty, it is not an id: said so as on every endpoint
         problems.append(("projectId", "is required"))
     elif not re.match(OBJECT_ID_PATTERN, project_id):
         problems.append(("projectId", OBJECT_ID))
@@ -107,7 +107,7 @@ def parse_query(
     end = _day(last, "to", problems)
     if start and end and end < start:
         problems.append(("to", "must not be before from"))
-    fmt = fmt or "csv"
+    fmt = "csv" if fmt is None else fmt  # ``format=`` is no format (it was read as csv)
     if fmt not in FORMATS:
         problems.append(("format", "must be one of csv, ndjson, parquet"))
     if problems:

@@ -105,6 +105,10 @@ def forwarded_address(header: str) -> str | None:
         return None
     if version is not None and address.version != version:
         return None
+    if getattr(address, "scope_id", None) is not None:
+        # ``fe80::1%eth0``: a zone names an interface of the sender's own host, never a client
+        # of Tally's; and any text may follow the ``%`` (it was stored as the IP, up to 5 KB).
+        return None
     return canonical_address(first)
 
 
@@ -113,10 +117,13 @@ def canonical_address(text: str) -> str:
     """One spelling per address: IPv6 compressed and in lower case, an IPv4-mapped IPv6 address
     as the IPv4 address it holds (``2001:DB8::1`` and ``2001:db8:0:0:0:0:0:1`` are
     ``2001:db8::1``; ``::ffff:192.0.2.9`` is ``192.0.2.9``). Spelt as written, one visitor was
-    three IPs, and three hashes under TALLY_IP_PRIVACY=hash. Anything else is kept as it is."""
+    three IPs, and three hashes under TALLY_IP_PRIVACY=hash. A socket peer's zone (a link-local
+    ``fe80::1%eth0``) is left out. Anything else is kept as it is."""
     try:
         address = ipaddress.ip_address(text)
     except ValueError:
         return text
+    if getattr(address, "scope_id", None) is not None:
+        address = ipaddress.ip_address(text.partition("%")[0])
     mapped = getattr(address, "ipv4_mapped", None)
     return str(mapped or address)

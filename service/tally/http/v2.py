@@ -54,7 +54,11 @@ async def v2_query(request: Request[Any, Any, Any], state: State) -> V2Response:
     # nesting), then the query's own shape.
     headers = request.headers
     decoded = check_body(
-        _JSON, body, headers.get("content-type"), None, headers.get("content-encoding")
+        _JSON,
+        body,
+        headers.getall("content-type", []),
+        None,
+        headers.getall("content-encoding", []),
     )
     try:
         v2 = parse_query(body)
