@@ -359,3 +359,51 @@ def test_a_comparison_range_off_the_grid_is_a_400_naming_compare(client):
     # previous_period: the days just before (1972-04-29..30) are on the grid: answered.
     period = asked.replace("previous_year", "previous_period")
     assert client.get(f"/api/breakdown?by=path&{period}", headers=headers).status_code == 200
+
+
+CHROME_UA = (
+    "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
+    "Chrome/120.0.0.0 Safari/537.36"
+)
+
+
+@pytest.mark.parametrize(
+    "filters",
+    [
+        pytest.param("", id="unfiltered (rollups)"),
+        pytest.param('[["is","path",["/x"]]]', id="event filter (raw)"),
+        pytest.param('[["is","entryPage",["/x"]]]', id="session filter"),
+        pytest.param('[["is","browser",["Chrome"]]]', id="audience filter"),
+    ],
+)
+def test_a_local_day_before_1970_counts_its_events(client, filters):
+    """The first hours of 1970 in UTC are 1969-12-31 in New York, a day a comparison range can
+    reach (``from`` is 1970 at the earliest). ClickHouse's ``Date`` starts at 1970-01-01, so the
+    event's local day came back as 1970-01-01, outside the comparison's days: its totalEvents,
+    pageviews and timeline said 0 beside 1 visitor and 1 session. Days are ``Date32`` now."""
+    user = "epoch-days"
+    created = client.post(
+        "/api/projects",
+        json={"name": "Epoch", "timezone": "America/New_York"},
+        headers=auth(user),
+    )
+    project_id, key = created.json()["projectId"], created.json()["apiKey"]
+    event = {"name": "pageview", "path": "/x", "sessionId": "s1", "visitorId": "v1"}
+    sent = client.post(
+        "/api/collect",
+        json={"events": [event | {"occurredAt": "1970-01-01T00:00:00Z"}]},
+        headers={"x-api-key": key, "user-agent": CHROME_UA},
+    )
+    assert sent.status_code == 202, sent.text
+    asked = f"projectId={project_id}&from=1970-01-01&to=1970-01-01&compare=previous_period"
+    if filters:
+        asked += f"&filters={filters}"
+    body = client.get(f"/api/dashboard?{asked}", headers=auth(user)).json()
+    earlier = body["comparison"]
+    assert (earlier["from"], earlier["to"]) == ("1969-12-31", "1969-12-31")
+    summary = earlier["summary"]
+    assert (summary["totalEvents"], summary["pageviews"], summary["uniqueVisitors"]) == (1, 1, 1)
+    assert earlier["timeline"] == [
+        {"day": "1969-12-31", "events": 1, "pageviews": 1, "visitors": 1}
+    ]
+    assert earlier["change"]["totalEvents"] == -100.0

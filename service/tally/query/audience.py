@@ -64,7 +64,7 @@ def facts_sql(query: Query, codes: dict[str, int]) -> str:
     mine = [codes[k] for k in ("d", "h", "br", "dev", "")]
     g = f"transform(grouping(d, h, br, dev), [7, 11, 13, 14, 15], {mine}, 0)"
     return f"""
-        SELECT {g} AS g, toDate({LOCAL}) AS d, toHour({LOCAL}) AS h, '' AS name, '' AS pth,
+        SELECT {g} AS g, toDate32({LOCAL}) AS d, toHour({LOCAL}) AS h, '' AS name, '' AS pth,
                '' AS ref, toString(browser) AS br, toString(device_type) AS dev,
                sum(events) AS c, sum(pageviews) AS pv,
                uniqExactIf(visitor_hash, visitor_hash != 0) AS v

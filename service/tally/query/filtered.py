@@ -259,7 +259,7 @@ def dashboard_sql(query: Query, rollup: bool = True) -> dict[str, str]:
     kept = f"({kept_sql(query, rollup)})"
     out: dict[str, str] = {}
     out["days"] = f"""
-        SELECT toDate({LOCAL}) AS d, count(), countIf(name = 'pageview'),
+        SELECT toDate32({LOCAL}) AS d, count(), countIf(name = 'pageview'),
                uniqExactIf(visitor_hash, visitor_hash != 0)
         FROM {kept} GROUP BY d"""
     out["hours"] = f"SELECT toHour({LOCAL}) AS h, count() FROM {kept} GROUP BY h"

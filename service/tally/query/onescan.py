@@ -59,7 +59,7 @@ LISTS = {NAMES: "name", PATHS: "pth", REFERRERS: "ref", BROWSERS: "br", DEVICES:
 
 # Each key's expression over the kept events.
 _EXPRESSIONS = {
-    "d": f"toDate({LOCAL})",
+    "d": f"toDate32({LOCAL})",
     "h": f"toHour({LOCAL})",
     "name": "name",
     "pth": "if(name = 'pageview', path, '')",

@@ -63,7 +63,7 @@ def session_value(column: str, pick: str, order: str = STORED_ORDER) -> str:
     return SESSION_VALUE[pick].format(c=column, o=order)
 
 
-LOCAL_DAY = "toDate(toTimeZone(bucket, {tz:String}))"
+LOCAL_DAY = "toDate32(toTimeZone(bucket, {tz:String}))"
 LOCAL_HOUR = "toHour(toTimeZone(bucket, {tz:String}))"
 
 # grouping(d, name, h) of the events_quarter scan: which grouping set a row belongs to.

@@ -38,7 +38,7 @@ def _dimension_columns(query: Query, dimensions: tuple[str, ...]) -> tuple[str, 
     columns, joins = [], []
     for i, name in enumerate(dimensions):
         if name == "time:day":
-            columns.append(f"toString(toDate({LOCAL})) AS d{i}")
+            columns.append(f"toString(toDate32({LOCAL})) AS d{i}")
         elif name == "time:hour":
             columns.append(f"formatDateTime({LOCAL}, '%Y-%m-%d %H:00:00') AS d{i}")
         elif DIMENSIONS[name].is_session:
