@@ -261,13 +261,21 @@ def test_a_read_the_engine_fails_is_503_and_the_operator_is_told_why(make_client
                 answer = client.get(
                     f"/api/dashboard?projectId={project_id}&days=7", headers=auth("gone")
                 )
+            # The readiness check says so too (it answered 200 from a SELECT 1); liveness is
+            # the worker's alone.
+            health = client.get("/api/health")
+            live = client.get("/api/health/live")
         finally:
             storage.command("RENAME TABLE events_away TO events")
         assert answer.status_code == 503
         assert answer.json() == {"error": "Storage unavailable"}
-        (line,) = [
+        assert (health.status_code, health.json()) == (503, {"error": "Storage unavailable"})
+        assert live.status_code == 200
+        assert client.get("/api/health").status_code == 200
+        (line, said) = [
             r.getMessage() for r in caplog.records if "storage unavailable" in r.getMessage()
         ]
+        assert said.startswith("storage unavailable on GET /api/health: "), said
         assert line.startswith("storage unavailable on GET /api/dashboard: ")
         assert "UNKNOWN_TABLE" in line or "events" in line, line
         assert "\n" not in line

@@ -380,7 +380,10 @@ async def health(state: State) -> s.Health:
     if state.ingest.write_error is not None:
         # Collect answers 503 now, whatever ClickHouse says: so does the health check.
         raise LogRefused(f"the ingest log cannot be written: {state.ingest.write_error}")
-    await state.storage.aquery("SELECT 1")
+    # A read of the table every report reads, not ``SELECT 1``: a server whose schema is not
+    # there yet (a pod started before the migrate Job of a first install) or is not readable
+    # (a table gone, a user without the grant) fails every report, so it is not ready either.
+    await state.storage.aquery(f"SELECT 1 FROM {state.storage.database}.events LIMIT 0")
     return s.Health(
         status="ok",
         storage="embedded" if state.storage.target.kind == "chdb" else "server",
