@@ -82,10 +82,10 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     collect_limit_per_ip: str = "10000/second"
     session_limit_per_user: str = "100/second"
 
-    # Largest request body in bytes, on every endpoint (413 beyond it, refused before it is read
-    # whole). The default, 7 MiB, admits the largest valid collect batch (6,737,612 bytes: 100
-    # events at every field's maximum, metadata included); 0 turns collect's cap off (the other
-    # endpoints keep theirs, 64 KiB).
+    # Largest collect body in bytes (413 beyond it, refused before it is read whole). The
+    # default, 7 MiB, admits the largest valid collect batch (6,737,612 bytes: 100 events at
+    # every field's maximum, metadata included); 0 turns collect's cap off. Every other endpoint
+    # keeps a cap of 64 KiB, or this one when it is lower.
     max_body_bytes: int = 7 * 1024 * 1024
 
     # Exports (GET /api/export) per user, on top of the session limit: each one reads raw events.
@@ -99,7 +99,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     # loaded by then stays on disk and is loaded at the next start).
     shutdown_timeout_seconds: int = 30
 
-    # "store" keeps each event's client IP; "hash" keeps a salted SHA-256 of it instead, the salt
+    # "store" keeps each event's client IP; "hash" keeps an HMAC-SHA-256 of it instead, its key
     # rotating daily (derived from ip_hash_secret, or a random secret kept in the data folder).
     ip_privacy: str = "store"
     ip_hash_secret: str = ""

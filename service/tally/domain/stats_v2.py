@@ -59,6 +59,7 @@ TIME_DIMENSIONS: tuple[str, ...] = ("time:day", "time:hour")
 Direction = Literal["asc", "desc"]
 MAX_LIMIT = 10_000  # Plausible's default page size
 MAX_OFFSET = 1_000_000
+MAX_DIMENSIONS = 4
 
 # Plausible's names of the dimensions Tally has, where the meaning is the same (README).
 PLAUSIBLE_DIMENSIONS: Mapping[str, str] = {
@@ -104,7 +105,7 @@ class QueryBody(Struct, forbid_unknown_fields=True):
     site_id: Annotated[str, Meta(pattern=OBJECT_ID_PATTERN, description="the projectId")]
     metrics: Annotated[list[str], Meta(min_length=1, max_length=len(METRICS))]
     date_range: str | list[str]
-    dimensions: Annotated[list[str], Meta(max_length=4)] = []
+    dimensions: Annotated[list[str], Meta(max_length=MAX_DIMENSIONS)] = []
     filters: list[Any] = []
     order_by: list[list[str]] | None = None
     pagination: Pagination | None = None

@@ -7,6 +7,11 @@ from ..config import Settings
 from ..domain.events import MAX_USER_AGENT
 from ..domain.filters import MAX_FILTERS, MAX_VALUE_LENGTH, MAX_VALUES
 from ..domain.metrics import MAX_DAYS
+from ..domain.ranges import MAX_DATE, MAX_RANGE_DAYS, MIN_DATE
+from ..domain.stats_v2 import MAX_DIMENSIONS as V2_MAX_DIMENSIONS
+from ..domain.stats_v2 import MAX_LIMIT as V2_MAX_LIMIT
+from ..domain.stats_v2 import MAX_OFFSET as V2_MAX_OFFSET
+from ..query.breakdown import MAX_LIMIT as BREAKDOWN_MAX_LIMIT
 from .limits import MAX_FILTERS_BYTES, MAX_TARGET_BYTES, SMALL_BODY_BYTES, small_cap
 
 DEFAULT_DAYS = 14  # the API's default window (GET /api/dashboard)
@@ -95,6 +100,19 @@ def rows(settings: Settings | None = None) -> list[tuple[str, str]]:
             f"an integer 1–{MAX_DAYS}; default {DEFAULT_DAYS} in the API. The dashboard page opens "
             f"on {PAGE_DAYS} days (its own choice; it always sends `days`)",
         ),
+        (
+            "`from`, `to` (dashboard, breakdown)",
+            f"local dates `YYYY-MM-DD` of the project's zone, both inclusive, "
+            f"{MIN_DATE.isoformat()} to {MAX_DATE.isoformat()}; at most {MAX_RANGE_DAYS} days; "
+            "not with `days`",
+        ),
+        ("`limit` (breakdown)", f"an integer 1–{BREAKDOWN_MAX_LIMIT:,}; default 10"),
+        (
+            "`POST /api/v2/query`",
+            f"`pagination.limit` 1–{V2_MAX_LIMIT:,} (default {V2_MAX_LIMIT:,}), "
+            f"`pagination.offset` at most {V2_MAX_OFFSET:,}; at most {V2_MAX_DIMENSIONS} "
+            f"`dimensions`; `date_range` of at most {MAX_RANGE_DAYS} days",
+        ),
         ("events per collect request", "1–100"),
         ("event `name`", "required, 1–100 characters"),
         ("`path`", "at most 2048 characters"),
@@ -149,6 +167,11 @@ def rows(settings: Settings | None = None) -> list[tuple[str, str]]:
             "session endpoints rate limit",
             f"`TALLY_SESSION_LIMIT_PER_USER` {_rate(s.session_limit_per_user)} per user"
             f"{_beyond(s.session_limit_per_user)}",
+        ),
+        (
+            "exports",
+            f"`TALLY_EXPORT_LIMIT_PER_USER` {_rate(s.export_limit_per_user)} per user, on top "
+            f"of the session endpoints' limit{_beyond(s.export_limit_per_user)}",
         ),
         (
             "slow clients",

@@ -104,7 +104,7 @@
     } catch (e) {}
     busy = false;
     if (!status || status == 408 || status == 429 || status >= 500) {
-      // Not stored: retry with exponential backoff (1 s doubling to a minute, jittered).
+      // Not stored: retry with exponential backoff (0.5-1 s doubling to a minute, jittered down).
       queue = off() ? [] : batch.concat(queue).slice(-1000);
       tries++;
       return schedule(Math.min(6e4, 500 * 2 ** tries) * (0.5 + Math.random() / 2));
