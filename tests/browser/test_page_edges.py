@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import re
 import sys
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 from zoneinfo import ZoneInfo
 
 import httpx
@@ -578,4 +580,167 @@ def test_refresh_after_a_change_made_elsewhere_draws_the_new_zone(tally, browser
     pump(page, lambda: any("/api/dashboard?" in u for u in asked), "the numbers asked again")
     assert page.text_content(note) == "Days and hours in Pacific/Chatham."
     context.close()
+    watch.assert_clean()
+
+
+# --- what a second dashboard-page hunt found -----------------------------------------------------
+
+HUGE = {
+    "totalEvents": 12_345_678,
+    "pageviews": 123_456_789,
+    "uniqueVisitors": 123_456_789_012,
+    "uniqueSessions": 12_345_678_901_234,
+}
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, {"width": 1024, "height": 768}, PHONE_375])
+def test_a_count_of_many_digits_is_read_whole(edge, browser, watch, viewport):
+    """A 10M-event dashboard's 12,345,678 was cut to "12,345,67…" in its 150 px card, and a
+    phone scrolled sideways for a count of 9 digits. The API's answer is the server's own with
+    its counts made large (the layout does not depend on the data)."""
+    context = browser.new_context(viewport=viewport)
+    page = watch(context.new_page())
+
+    def large(route: Any) -> None:
+        answer = route.fetch()
+        body = answer.json()
+        body["summary"].update(HUGE)
+        route.fulfill(response=answer, json=body)
+
+    page.route(lambda url: "/api/dashboard" in url, large)
+    page.goto(f"{edge.tally}/?project={edge.project_id}#token={token(edge.user)}")
+    page.wait_for_selector("#summary")
+    cut = page.eval_on_selector_all(
+        "#summary .metric .value",
+        """els => els.filter(e => e.scrollWidth > e.clientWidth + 1
+                         || e.getBoundingClientRect().right > e.closest('.metric')
+                              .getBoundingClientRect().right + 1)
+                   .map(e => e.textContent)""",
+    )
+    assert cut == [], cut
+    shown = page.eval_on_selector_all(
+        "#summary .metric .value", "els => els.map(e => e.textContent)"
+    )
+    assert {"12,345,678", "123,456,789", "123,456,789,012", "12,345,678,901,234"} <= set(shown)
+    wide = page.evaluate("document.documentElement.scrollWidth")
+    assert wide <= viewport["width"], wide
+    context.close()
+    watch.assert_clean()
+
+
+def test_arrowing_back_to_the_custom_range_keeps_it(edge, browser, watch):
+    """The Window select shows a custom range as its own option; arrowing off it and back within
+    the keys' rest dropped the range for the default 7 days (the option's value is no number)."""
+    today = datetime.now(UTC).date()
+    first = (today - 3 * DAY).isoformat()
+    page = edge.open(browser, watch, DESKTOP, f"&from={first}&to={today.isoformat()}")
+    assert page.input_value("#window") == "custom"
+    page.focus("#window")
+    page.keyboard.press("ArrowUp")
+    page.wait_for_timeout(100)
+    page.keyboard.press("ArrowDown")
+    page.wait_for_timeout(1500)  # past the keys' rest: nothing is loaded
+    view = parse_qs(urlsplit(page.url).query)
+    assert (view.get("from"), view.get("to")) == ([first], [today.isoformat()]), page.url
+    assert page.input_value("#window") == "custom"
+    assert page.input_value("#range-from") == first
+    page.context.close()
+    watch.assert_clean()
+
+
+@pytest.mark.parametrize("value", ["/y ", "line1\nline2"], ids=["trailing space", "line break"])
+def test_changing_a_filters_operator_keeps_its_value_exactly(edge, browser, watch, value):
+    """A chip's editor read its values back from the box, trimmed and one per line: a value with
+    a trailing space lost it, one with a line break became two, when only the operator changed."""
+    filters = json.dumps([["is", "path", [value]]])
+    page = edge.open(browser, watch, DESKTOP, f"&filters={quote(filters)}")
+    page.click("#filters .chip .chip-edit")
+    page.select_option("#filter-op", "is_not")
+    page.get_by_role("button", name="Change filter").click()
+    page.wait_for_url(lambda u: "is_not" in u)
+    page.wait_for_selector("#summary")
+    view = parse_qs(urlsplit(page.url).query)
+    assert json.loads(view["filters"][0]) == [["is_not", "path", [value]]]
+    # Typed values are still one per line, trimmed.
+    page.click("#filters .chip .chip-edit")
+    page.fill("#filter-values", " /a \n\n/b")
+    page.get_by_role("button", name="Change filter").click()
+    page.wait_for_url(lambda u: "%2Fa" in u or "/a" in unquote(u))
+    view = parse_qs(urlsplit(page.url).query)
+    assert json.loads(view["filters"][0]) == [["is_not", "path", ["/a", "/b"]]]
+    page.context.close()
+    watch.assert_clean()
+
+
+def test_no_visit_ended_has_no_change_to_show(tally, browser, watch):
+    """Yesterday a visit ended (60 s), today none: the card said "–" beside "↓ 100% vs. previous
+    period" (the API's change is from its 0, which stands for "none")."""
+    user = f"owner-{uuid.uuid4().hex[:8]}"
+    project_id, key = new_project(tally, user, "Ended yesterday")
+    yesterday = f"{(datetime.now(UTC) - DAY).date().isoformat()}T12:00:00Z"
+    visit = {"visitorId": "v1", "sessionId": "s1", "occurredAt": yesterday}
+    send(
+        tally,
+        key,
+        {"name": "pageview", "path": "/", **visit},
+        {"name": "session_end", "metadata": {"durationMs": 60000}, **visit},
+        {"name": "pageview", "path": "/", "visitorId": "v2", "sessionId": "s2"},
+    )
+    wait_until(lambda: summary(tally, user, project_id, days=2)["totalEvents"] == 3, "the events")
+    page = watch(browser.new_context(viewport=DESKTOP).new_page())
+    page.goto(f"{tally}/?project={project_id}&days=1&compare=previous_period#token={token(user)}")
+    page.wait_for_selector("#summary .change")
+    card = page.locator("[data-metric=avgSessionDurationMs]")
+    assert card.locator(".value").text_content() == "–"
+    change = card.locator(".change")
+    assert change.get_attribute("data-change") == "null"
+    assert change.locator(".delta").text_content() == "–"
+    assert "no visit ended in this view" in change.locator(".sr-only").text_content()
+    # The other cards still show theirs: one pageview against one.
+    assert page.get_attribute("[data-metric=pageviews] .change", "data-change") == "0"
+    page.context.close()
+    watch.assert_clean()
+
+
+def test_the_range_form_speaks_of_the_range_entered(edge, browser, watch):
+    """With the browser's own checks a refused submit kept the last message beside a range it no
+    longer described; it is Tally's words for what is in the fields now."""
+    page = edge.open(browser, watch, DESKTOP)
+    today = datetime.now(UTC).date()
+    page.fill("#range-from", today.isoformat())
+    page.fill("#range-to", (today - 2 * DAY).isoformat())
+    page.click("#range-apply")
+    assert page.text_content("#range-status") == "The first day is after the last day: swap them."
+    page.fill("#range-to", "")
+    assert page.text_content("#range-status") == ""  # what it said no longer holds
+    page.click("#range-apply")
+    assert page.text_content("#range-status") == "Choose both the first and the last day."
+    assert "from=" not in page.url
+    page.context.close()
+    watch.assert_clean()
+
+
+def test_the_days_axis_holds_the_window_and_says_the_year_across_two(edge, browser, watch):
+    """A 366-day range read "Nov 28" at both ends of its axis; a 30-day window's axis, padded by
+    Plotly for its markers and the comparison's, showed a tick of the day before it."""
+    today = datetime.now(UTC).date()
+    first = (today - 365 * DAY).isoformat()
+    page = edge.open(browser, watch, DESKTOP, f"&from={first}&to={today.isoformat()}")
+    page.wait_for_selector("[data-chart=timeline] .main-svg")
+    axis = page.eval_on_selector("[data-chart=timeline]", "el => el.layout.xaxis")
+    assert axis["tickformat"] == "%b %d, %Y"
+    assert [axis["range"][0][:10], axis["range"][1][:10]] == [first, today.isoformat()]
+    page.context.close()
+
+    page = edge.open(browser, watch, DESKTOP, "&days=30&compare=previous_period")
+    page.wait_for_function(
+        "() => (document.querySelector('[data-chart=timeline]').data || [])"
+        ".some(t => t.meta === 'comparison')"
+    )
+    axis = page.eval_on_selector("[data-chart=timeline]", "el => el.layout.xaxis")
+    start = (today - 29 * DAY).isoformat()
+    assert axis["tickformat"] in ("%b %d", "%b %d, %Y")
+    assert axis["range"][0] > (today - 30 * DAY).isoformat(), axis["range"]
+    assert axis["range"][0] < start and axis["range"][1][:10] == today.isoformat()
+    page.context.close()
     watch.assert_clean()

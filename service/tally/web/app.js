@@ -943,12 +943,16 @@
     ['avgSessionDurationMs', 'Avg. session', duration],
   ];
 
+  const valueSize = (text) => (String(text).length >= 12 ? ' longer' : String(text).length >= 10 ? ' long' : '');
+
   function card(key, label, value, text, hint) {
     return h(
       'div',
       { class: 'card metric', 'data-metric': key, 'data-value': value },
       h('span', { class: 'label', text: label }),
-      h('strong', { class: 'value', text }),
+      // A long count gets a smaller type so that it is read whole (12,345,678 was cut to
+      // "12,345,67…" in a 150 px card, and a phone scrolled sideways).
+      h('strong', { class: `value${valueSize(text)}`, text }),
       hint ? h('span', { class: 'hint muted', text: hint }) : null
     );
   }
@@ -966,7 +970,7 @@
       return {
         class: 'filterable',
         tabindex: '0',
-        title: clickFilter(dim, value)[0] === 'is' ? `Show only ${value}` : `Show only values containing its first ${MAX_FILTER_VALUE} characters`,
+        title: clickFilter(dim, value)[0] === 'is' ? `Show only ${dim === 'country' ? countryName(value) : value}` : `Show only values containing its first ${MAX_FILTER_VALUE} characters`,
         'data-filter-dim': dim,
         'data-filter-value': value,
         onclick: pick,
@@ -1271,11 +1275,18 @@
       const step = [1, 2, 3, 4, 6, 12].find((n) => Math.floor(span / n) + 1 <= fit) || 12;
       xaxis = { type: 'date', tickformat: '%H:%M', dtick: step * 3600000, tickangle: 0 };
     } else {
-      // One label every few days, as many as the chart's width holds without overlapping.
-      const fit = Math.max(2, Math.floor((el.clientWidth || 600) / 64));
-      xaxis = { type: 'date', tickformat: '%b %d', dtick: Math.max(1, Math.ceil(points.length / fit)) * 86400000, tickangle: 0 };
+      // One label every few days, as many as the chart's width holds without overlapping; with
+      // the year when the days span two (a 366-day range read "Nov 28" at both ends).
+      const years = x.length > 1 && x[0].slice(0, 4) !== x[x.length - 1].slice(0, 4);
+      const fit = Math.max(2, Math.floor((el.clientWidth || 600) / (years ? 96 : 64)));
+      // The axis holds the view's days and no more: Plotly padded it for the markers (and a
+      // comparison's), and a tick of the day before the window showed. Markers (48 days or
+      // fewer) get a quarter of a day on either side.
+      const pad = points.length > 48 ? '00:00' : '18:00';
+      const range = points.length > 48 ? [x[0], x[x.length - 1]] : [`${addDays(x[0], -1)} ${pad}`, `${x[x.length - 1]} 06:00`];
+      xaxis = { type: 'date', tickformat: years ? '%b %d, %Y' : '%b %d', dtick: Math.max(1, Math.ceil(points.length / fit)) * 86400000, tickangle: 0, range };
     }
-    const per = unit === 'hour' ? '%{x|%H:%M}' : '%{x|%b %d}';
+    const per = unit === 'hour' ? '%{x|%H:%M}' : '%{x|%b %d, %Y}';
     plot(
       el,
       METRICS.map(([key, label, color]) => ({
@@ -1594,7 +1605,12 @@
       WINDOWS.map(([d, label]) => h('option', { value: String(d), selected: d === days, text: label })),
       WINDOWS.some(([d]) => d === days) ? null : h('option', { value: String(days), selected: true, text: `Last ${days} days` })
     );
-    onChoice(select, () => go(viewParams(r, { days: Number(select.value), from: '', to: '' })));
+    onChoice(select, () => {
+      // Back on the custom range's own option (arrow keys passing over it): the view stays. Its
+      // value is no number of days: the range was dropped for the default 7 days.
+      if (select.value === 'custom') return;
+      go(viewParams(r, { days: Number(select.value), from: '', to: '' }));
+    });
     const builtOn = zoneToday(tz); // the zone's day the view's dates were drawn for
     const live = card('liveVisitors', 'Live visitors', '', '…', 'in the last 5 minutes');
     live.id = 'live';
@@ -1646,7 +1662,9 @@
 
     function setLive(value) {
       live.dataset.value = String(value);
-      live.querySelector('.value').textContent = num(value);
+      const shown = live.querySelector('.value');
+      shown.textContent = num(value);
+      shown.className = `value${valueSize(shown.textContent)}`;
     }
 
     let loading = null; // the reads of the load under way, aborted by a newer one (Refresh)
@@ -1703,6 +1721,7 @@
         // 0 is the API's "no session_end events": no visit ended, nothing to average (not 0 ms)
         const avg = cards.querySelector('[data-metric=avgSessionDurationMs]');
         avg.querySelector('.value').textContent = '–';
+        avg.dataset.none = '1'; // and no change to show (showChanges)
         avg.title = 'No visit ended in this view: nothing to average.';
         avg.append(h('span', { class: 'sr-only', text: 'No visit ended in this view.' }));
       }
@@ -2065,6 +2084,12 @@
       {
         class: 'range-form',
         id: 'range-form',
+        // Tally's words, not the browser's bubble: with the browser's checks, a refused submit
+        // left the last message standing beside a range it no longer described (min and max
+        // still shape the date picker). A last day after today is the API's to take: nothing is
+        // stored after now.
+        novalidate: true,
+        oninput: () => (status.textContent = ''),
         onsubmit: (e) => {
           e.preventDefault();
           const problem = rangeProblem(first.value, last.value);
@@ -2207,6 +2232,7 @@
     const ops = Object.keys(OPERATOR_LABELS).includes(op0) ? Object.keys(OPERATOR_LABELS) : [op0, ...Object.keys(OPERATOR_LABELS)];
     const op = h('select', { id: 'filter-op', name: 'operator' }, ops.map((o) => h('option', { value: o, text: operatorLabel(o), selected: o === op0 })));
     const values = h('textarea', { id: 'filter-values', name: 'values', dir: 'auto', rows: 2, value: values0.join('\n'), placeholder: 'One value per line' });
+    values.addEventListener('input', () => (values.dataset.edited = '1'));
     const status = h('span', { class: 'range-status', role: 'alert' });
     const form = h(
       'form',
@@ -2215,10 +2241,15 @@
         id: 'filter-editor',
         onsubmit: (e) => {
           e.preventDefault();
-          const list = values.value
-            .split('\n')
-            .map((v) => v.trim())
-            .filter((v) => v);
+          // Values left as they were stay exactly as they were: read back from the box, one with
+          // a trailing space lost it and one with a line break became two (changing only the
+          // operator changed the values too). Typed ones are one per line, trimmed.
+          const list = values.dataset.edited
+            ? values.value
+                .split('\n')
+                .map((v) => v.trim())
+                .filter((v) => v)
+            : values0.slice();
           if (!list.length) {
             status.textContent = 'Write at least one value, one per line.';
             return;
@@ -2269,12 +2300,14 @@
     for (const el of cards.querySelectorAll('[data-metric]')) {
       const key = el.dataset.metric;
       if (!(key in c.change)) continue;
-      const pct = c.change[key];
+      // A card with nothing to show ("–": no visit ended) has no change either: the API's -100%
+      // is from its 0, which stands for "none" there, not for 0 ms.
+      const pct = el.dataset.none ? null : c.change[key];
       const entry = CARDS.find(([k]) => k === key);
       const before = c.summary && key in c.summary ? (entry ? entry[2] : num)(c.summary[key]) : '';
       let text = '–';
       let kind = 'none';
-      let words = `no change to show: ${c.from} to ${c.to} had none`;
+      let words = el.dataset.none ? 'no change to show: no visit ended in this view' : `no change to show: ${c.from} to ${c.to} had none`;
       if (pct !== null && pct !== undefined) {
         const size = `${Math.abs(pct).toLocaleString('en-US')}%`;
         text = `${pct > 0 ? '↑' : pct < 0 ? '↓' : '→'} ${size}`;
