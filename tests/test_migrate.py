@@ -74,6 +74,52 @@ def test_applied_backfills_do_not_run_again_at_the_next_start(chdb_path):
         storage.close()
 
 
+def test_a_start_on_an_up_to_date_schema_rewrites_no_table_definition(chdb_path):
+    """`tally serve` migrates at every start. A migration already recorded applied its DDL again
+    (IF NOT EXISTS: no change), yet the engine rewrote the definition files of the tables it
+    named, 60 rewrites a start; on a full disk it renamed an empty one over ``sessions_daily.sql``
+    and the folder could not be opened again. On one node a recorded migration runs nothing."""
+    import time
+
+    target = parse_url(f"chdb://{chdb_path}?database=r_{uuid.uuid4().hex[:10]}")
+    storage = Storage(target, pool_size=1)
+    definitions = (
+        "SELECT name, metadata_modification_time FROM system.tables WHERE database = {db:String} "
+        "ORDER BY name"
+    )
+    try:
+        migrate(storage, retention_days=30)
+        before = storage.query(definitions, {"db": storage.database})
+        assert len(before) > 20
+        time.sleep(1.1)  # the times are in whole seconds
+        assert migrate(storage, retention_days=30) == []
+        assert storage.query(definitions, {"db": storage.database}) == before
+    finally:
+        storage.close()
+
+
+def test_no_schema_change_on_a_disk_without_room(chdb_path):
+    """Below the free space a schema change needs (MIN_FREE_BYTES_FOR_DDL; here a need larger
+    than the disk has), a new database gets no table and nothing is recorded, and ``tally
+    migrate`` says why in a line; an up-to-date one migrates as before, since nothing changes."""
+    import shutil
+
+    from tally.storage.migrate import NoRoomForSchema, migrate_schema
+
+    free = shutil.disk_usage(chdb_path).free
+    target = parse_url(f"chdb://{chdb_path}?database=n_{uuid.uuid4().hex[:10]}")
+    storage = Storage(target, pool_size=1)
+    tables = "SELECT count() FROM system.tables WHERE database = {db:String}"
+    try:
+        with pytest.raises(NoRoomForSchema, match=r"MiB free, less than the .* free some space"):
+            migrate_schema(storage, min_free_bytes=free + 2**40)
+        assert storage.query(tables, {"db": storage.database}) == [(0,)]
+        migrate_schema(storage)
+        assert migrate_schema(storage, min_free_bytes=free + 2**40).new == []
+    finally:
+        storage.close()
+
+
 def test_a_backfill_after_a_comment_does_not_run_again_either(chdb_path):
     """Schema 007's events_quarter backfill is preceded by a comment, which hid it from the
     backfill check: it ran at every start, and filled the table from ``events`` whenever the table

@@ -66,10 +66,19 @@ def migrate(quiet: bool, check: bool) -> None:
     """Apply schema/ and the retention TTL (TALLY_RETENTION_DAYS) to the configured ClickHouse
     (idempotent, ordered, recorded)."""
     from .storage.client import Storage, parse_url
-    from .storage.migrate import migrate_schema, missing_migrations, retention_report
+    from .storage.migrate import (
+        NoRoomForSchema,
+        migrate_schema,
+        missing_migrations,
+        retention_report,
+    )
+    from .supervision import exit_with_parent
 
     settings = load_settings()
     _setup_logging(settings)
+    # Run by `tally serve` (which names itself in PARENT_ENV): die with it. Left running after a
+    # kill -9 of the server, it held the engine and every restart was refused until it ended.
+    exit_with_parent()
     try:
         target = parse_url(settings.storage_url, settings.clickhouse_database)
     except ValueError as exc:
@@ -118,8 +127,15 @@ def migrate(quiet: bool, check: bool) -> None:
                 "Kubernetes Job), then start it again."
             )
         return
+    if settings.fault_pause_at == "migrate":
+        # Fault tests only: stop here, the engine open, for a test to kill `tally serve`.
+        (settings.data_path / "fault-paused").write_text("migrate")
+        while True:
+            time.sleep(3600)
     try:
         done = migrate_schema(storage, settings.retention_days)
+    except NoRoomForSchema as exc:
+        raise SystemExit(f"tally: not changing the schema: {exc}") from None
     except Exception as exc:
         raise SystemExit(f"tally: cannot apply the schema to {target.description}: {exc}") from None
     finally:
@@ -256,7 +272,8 @@ def serve(host: str, port: int, workers: int, migrate: bool) -> None:
         )
     # The schema is applied by a child process, so that this one never holds the embedded
     # engine that the worker is about to open.
-    env = {**os.environ, **settings_to_env(settings)}
+    # The migrate child dies with this process, as the workers do (supervision.exit_with_parent).
+    env = {**os.environ, **settings_to_env(settings), PARENT_ENV: str(os.getpid())}
     if migrate:
         done = subprocess.run([sys.executable, "-m", "tally", "migrate", "--quiet"], env=env)
         if done.returncode != 0:

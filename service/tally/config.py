@@ -117,7 +117,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     fault_file: str = ""
     # Fault tests only: a named point of the ingest path (mid_append, after_fsync, before_load,
     # during_insert, after_insert) where the worker writes ``<data_dir>/fault-paused`` and
-    # stops forever, for a test to kill it there. Never set this in production.
+    # stops forever, for a test to kill it there; or "migrate", where `tally serve`'s migrate
+    # step does, with the engine open. Never set this in production.
     fault_pause_at: str = ""
 
     # --- derived helpers -------------------------------------------------------------------

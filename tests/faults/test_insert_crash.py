@@ -270,3 +270,51 @@ def test_a_refused_commit_restarts_the_worker_and_loses_nothing(tmp_path):
     assert "events recorded 1 block(s) that a crash stopped" in log, log[-3000:]
     assert not segments(tmp_path)
     assert_stored_once(tmp_path, ids)
+
+
+def test_a_segment_is_deleted_only_once_its_parts_are_on_disk(tmp_path):
+    """The engine writes a part without an fsync, and the loader deletes the segment, durably,
+    once the INSERT returns: a power cut after that could keep the deletion and lose the part.
+    Between the two the loader now syncs the engine's filesystem (``syncfs``). Traced in a real
+    ``tally serve``'s worker: a successful ``syncfs`` comes after the INSERT's part renames and
+    before the segment's unlink."""
+    require_strace()
+    server = Server(tmp_path)
+    [worker] = server.workers()
+    trace = tmp_path / "trace.txt"
+    strace = subprocess.Popen(
+        [
+            "strace",
+            "-f",
+            "-qq",
+            "-o",
+            str(trace),
+            "-p",
+            str(worker),
+            "-e",
+            "trace=syncfs,unlink,unlinkat,rename,renameat,renameat2",
+        ]
+    )
+    try:
+        time.sleep(1)  # attached to every thread
+        key = new_key(server.url)
+        body = {"events": [{"name": "pageview", "metadata": {"uid": "synced"}}]}
+        answer = httpx.post(f"{server.url}/api/collect", json=body, headers={"x-api-key": key})
+        assert answer.status_code == 202, answer.text
+        wait_for(lambda: backlog_loaded(server.url), "the segment's load")
+    finally:
+        strace.send_signal(signal.SIGINT)
+        strace.wait(timeout=30)
+    assert server.stop() == 0
+    lines = trace.read_text().splitlines()
+    unlinked = [i for i, line in enumerate(lines) if "unlink" in line and '.seg"' in line]
+    assert unlinked, "\n".join(lines[-40:])
+    first = unlinked[0]
+    parts = [i for i, line in enumerate(lines[:first]) if "rename" in line and "tmp_insert" in line]
+    assert parts, "\n".join(lines[: first + 1])
+    synced = [
+        i
+        for i, line in enumerate(lines[:first])
+        if "syncfs(" in line and line.rstrip().endswith("= 0")
+    ]
+    assert synced and synced[-1] > parts[-1], "\n".join(lines[parts[-1] : first + 1])

@@ -5,6 +5,7 @@ at once, and every acknowledged event is stored exactly once."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -19,7 +20,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from test_crash import ingest_until, new_key, stored_ids
 
-from served import Server, alive
+from served import Server, alive, children, free_port
 from tally.supervision import port_is_free
 
 pytestmark = pytest.mark.slow
@@ -134,3 +135,40 @@ def test_a_second_server_on_a_taken_port_refuses_to_start(tmp_path):
     # The first server still has the port to itself.
     assert httpx.get(f"{first.url}/api/health", timeout=10).status_code == 200
     assert first.stop() == 0
+
+
+def test_killing_the_server_during_its_migrate_step_takes_the_step_with_it(tmp_path):
+    """`tally serve` applies the schema in a child process before it starts its worker. Killed
+    then (kill -9 of the PID it shows), that child went on with the engine open, and restarts
+    were refused as "in use by another process (perhaps an older Tally)" until it ended. It dies
+    with the server now, as the workers do, and a restart works at once."""
+    Server(tmp_path).stop()  # a schema, so that the paused step finds one
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TALLY_")}
+    env.update(
+        TALLY_DATA_DIR=str(tmp_path),
+        TALLY_JWT_SECRET="x" * 32,
+        TALLY_FAULT_PAUSE_AT="migrate",
+        TALLY_LOG_LEVEL="WARNING",
+    )
+    with open(tmp_path / "paused-serve.log", "w") as log:
+        serve = subprocess.Popen(
+            [sys.executable, "-m", "tally", "serve", "--port", str(free_port())],
+            cwd=tmp_path,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            wait_for(lambda: (tmp_path / "fault-paused").exists(), "the migrate step's pause")
+            [step] = children(serve.pid)
+            os.kill(serve.pid, signal.SIGKILL)
+            serve.wait(timeout=PATIENCE)
+            wait_for(lambda: not alive(step), "the migrate step's exit")
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(serve.pid, signal.SIGKILL)
+    (tmp_path / "fault-paused").unlink()
+    restarted = Server(tmp_path)
+    assert httpx.get(f"{restarted.url}/api/health", timeout=10).status_code == 200
+    assert restarted.stop() == 0

@@ -41,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import shutil
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -424,6 +425,8 @@ def apply_retention(storage: Storage, days: int) -> list[str]:
         {"db": storage.database},
     )
     statements = retention_statements(dict(rows), days, storage.database, storage.cluster)
+    if statements:
+        check_room(storage)
     for statement in statements:
         storage.command(statement)
     return statements
@@ -459,20 +462,65 @@ def migrate(storage: Storage, retention_days: int = 0) -> list[str]:
     return migrate_schema(storage, retention_days).new
 
 
-def migrate_schema(storage: Storage, retention_days: int = 0) -> Migrated:
+class NoRoomForSchema(Exception):
+    """The embedded engine's disk has too little free space to change the schema safely."""
+
+
+# The free space the embedded engine's disk needs before Tally changes its schema. The engine
+# writes a table's definition to a temporary file and renames it over the old one, and on a full
+# disk it renamed an empty file over it (its write's ENOSPC unchecked): the folder could not be
+# opened again, even once space was freed, and the acknowledged events in the ingest log never
+# loaded. A definition is a few KB; this leaves room for those and the engine's own writes.
+MIN_FREE_BYTES_FOR_DDL = 64 * 2**20
+
+
+def check_room(storage: Storage, min_free_bytes: int = MIN_FREE_BYTES_FOR_DDL) -> None:
+    """Refuse (:class:`NoRoomForSchema`) to change the embedded engine's schema with less than
+    ``min_free_bytes`` free on its disk. A server's disk is the server's to watch."""
+    if storage.target.kind != "chdb":
+        return
+    free = shutil.disk_usage(storage.target.path).free
+    if free < min_free_bytes:
+        raise NoRoomForSchema(
+            f"the disk of {storage.target.path} has {free / 2**20:.1f} MiB free, less than the "
+            f"{min_free_bytes / 2**20:.0f} MiB a schema change needs (on a full disk the engine "
+            "can leave a table's definition empty, and the folder unreadable): free some space "
+            "and start again"
+        )
+
+
+def migrate_schema(
+    storage: Storage, retention_days: int = 0, min_free_bytes: int = MIN_FREE_BYTES_FOR_DDL
+) -> Migrated:
     """:func:`migrate`, saying also which retention ALTERs it ran (``tally migrate`` reports
-    them)."""
+    them). A migration already recorded runs nothing again on one node; on a cluster its DDL is
+    applied again (``IF NOT EXISTS``: it makes the tables of a node added since). Before any
+    change to an embedded engine's schema, :func:`check_room`."""
     cluster = storage.cluster
     if cluster:
         # The node we talk to has the database already (Storage creates it); the others too now.
         storage.command(database_statement(storage.database, cluster))
-    storage.command(migrations_table(storage.database, cluster))
+    known = storage.query(
+        "SELECT count() FROM system.tables WHERE database = {db:String} "
+        "AND name = 'schema_migrations'",
+        {"db": storage.database},
+    )[0][0]
+    if cluster or not known:
+        check_room(storage, min_free_bytes)
+        storage.command(migrations_table(storage.database, cluster))
     before = applied_versions(storage)
     new: list[str] = []
     again: list[str] = []
     for migration in load_migrations():
         state = migration.recorded_as(before.get(migration.version))
         recorded = state == "applied"
+        if recorded and not cluster:
+            # Its statements ran when it was recorded (it is recorded after its last one). Run
+            # again at every start they changed nothing, yet the engine rewrote the definition
+            # files of the tables they name (60 rewrites a start), each a chance, on a full
+            # disk, to leave one empty.
+            continue
+        check_room(storage, min_free_bytes)
         if state in ("changed", "unknown"):
             again.append(migration.name)
             log.warning(

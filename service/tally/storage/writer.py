@@ -8,7 +8,10 @@ nothing twice (the events table and every rollup deduplicate on the token).
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -110,6 +113,37 @@ class StaleDeduplication(Exception):
     then forgets the record)."""
 
 
+def sync_to_disk(path: str) -> None:
+    """Make what the embedded engine wrote under ``path`` durable: ``syncfs`` of its filesystem
+    (``sync`` where there is none). The engine does not fsync a part it writes (its
+    ``fsync_after_insert`` is off, and is a table setting, not an INSERT's), and the loader
+    deletes a segment, durably, once its INSERT returns: a power cut or a kernel crash after that
+    could keep the deletion and lose the part, with the events it acknowledged. Raises
+    StorageUnavailable when the disk cannot (the segment stays, and its INSERT is retried, which
+    stores nothing twice)."""
+    if not hasattr(os, "O_DIRECTORY") or _SYNCFS is None:
+        os.sync()
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if _SYNCFS(fd) != 0:
+            error = ctypes.get_errno()
+            raise StorageUnavailable(f"cannot sync the engine's data to disk: {os.strerror(error)}")
+    finally:
+        os.close(fd)
+
+
+def _libc_syncfs() -> Callable[[int], int] | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return libc.syncfs  # type: ignore[no-any-return]
+    except (OSError, AttributeError):
+        return None
+
+
+_SYNCFS = _libc_syncfs()
+
+
 def segment_inserter(
     storage: Storage, fault_file: str = "", *, loader: bool = True
 ) -> Callable[[Sequence[str], bytes, str], None]:
@@ -147,6 +181,8 @@ def segment_inserter(
                     f"the embedded engine recorded blocks it did not store ({', '.join(stale)})"
                 ) from exc
             raise
+        if loader and storage.target.kind == "chdb":
+            sync_to_disk(storage.target.path)
         if fault == "lose":
             raise StorageUnavailable("injected fault: answer lost after the insert")
 
