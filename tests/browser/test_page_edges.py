@@ -744,3 +744,36 @@ def test_the_days_axis_holds_the_window_and_says_the_year_across_two(edge, brows
     assert axis["range"][0] < start and axis["range"][1][:10] == today.isoformat()
     page.context.close()
     watch.assert_clean()
+
+
+def test_no_visit_with_a_pageview_has_no_bounce_rate(tally, browser, watch):
+    """Yesterday one visit of one pageview (bounce rate 100%), today only a custom event: the
+    card said "Bounce rate 0%" (the API's 0 means there was no visit to bounce) beside
+    "↓ 100%"; it is "–", with no change either."""
+    user = f"owner-{uuid.uuid4().hex[:8]}"
+    project_id, key = new_project(tally, user, "No pageview today")
+    yesterday = f"{(datetime.now(UTC) - DAY).date().isoformat()}T12:00:00Z"
+    send(
+        tally,
+        key,
+        {
+            "name": "pageview",
+            "path": "/",
+            "visitorId": "v1",
+            "sessionId": "s1",
+            "occurredAt": yesterday,
+        },
+        {"name": "signup", "visitorId": "v2", "sessionId": "s2"},
+    )
+    wait_until(lambda: summary(tally, user, project_id, days=2)["totalEvents"] == 2, "the events")
+    assert summary(tally, user, project_id, days=1)["bounceRate"] == 0
+    page = watch(browser.new_context(viewport=DESKTOP).new_page())
+    page.goto(f"{tally}/?project={project_id}&days=1&compare=previous_period#token={token(user)}")
+    page.wait_for_selector("#summary .change")
+    card = page.locator("[data-metric=bounceRate]")
+    assert card.locator(".value").text_content() == "–"
+    assert card.get_attribute("data-value") == "0"
+    assert card.locator(".change").get_attribute("data-change") == "null"
+    assert "no visit with a pageview" in card.locator(".change .sr-only").text_content()
+    page.context.close()
+    watch.assert_clean()

@@ -1725,6 +1725,14 @@
         avg.title = 'No visit ended in this view: nothing to average.';
         avg.append(h('span', { class: 'sr-only', text: 'No visit ended in this view.' }));
       }
+      if (!s.uniqueSessions || !s.pageviews) {
+        // No session, or no pageview: no visit that could bounce (the API's 0 means none).
+        const bounce = cards.querySelector('[data-metric=bounceRate]');
+        bounce.querySelector('.value').textContent = '–';
+        bounce.dataset.none = '1';
+        bounce.title = 'No visit with a pageview in this view: no bounce rate.';
+        bounce.append(h('span', { class: 'sr-only', text: 'No visit with a pageview in this view.' }));
+      }
       showChanges(cards, d, r); // page17: each card's change against the compared range
       const bots = h('p', {
         class: 'muted bots',
@@ -2307,7 +2315,7 @@
       const before = c.summary && key in c.summary ? (entry ? entry[2] : num)(c.summary[key]) : '';
       let text = '–';
       let kind = 'none';
-      let words = el.dataset.none ? 'no change to show: no visit ended in this view' : `no change to show: ${c.from} to ${c.to} had none`;
+      let words = el.dataset.none ? `no change to show: ${key === 'bounceRate' ? 'no visit with a pageview' : 'no visit ended'} in this view` : `no change to show: ${c.from} to ${c.to} had none`;
       if (pct !== null && pct !== undefined) {
         const size = `${Math.abs(pct).toLocaleString('en-US')}%`;
         text = `${pct > 0 ? '↑' : pct < 0 ? '↓' : '→'} ${size}`;
