@@ -43,10 +43,17 @@ def wait_healthy(
 class Server:
     """``tally serve`` on the data folder ``data``, with ``args`` after its own; ``settings`` are
     extra ``TALLY_*`` variables.
-    Rate limits are off and keys refresh every half second unless ``settings`` say otherwise."""
+    Rate limits are off and keys refresh every half second unless ``settings`` say otherwise.
+    ``healthy=False`` returns at once, for a server that is not meant to answer yet."""
 
     def __init__(
-        self, data: Path, port: int | None = None, *, args: tuple[str, ...] = (), **settings: str
+        self,
+        data: Path,
+        port: int | None = None,
+        *,
+        args: tuple[str, ...] = (),
+        healthy: bool = True,
+        **settings: str,
     ) -> None:
         self.data, self.port = data, port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -69,7 +76,8 @@ class Server:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        wait_healthy(self.url, self.proc, Path(self.log.name).read_text)
+        if healthy:
+            wait_healthy(self.url, self.proc, Path(self.log.name).read_text)
 
     def workers(self) -> list[int]:
         """PIDs of the server's granian workers (its child processes)."""

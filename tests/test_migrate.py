@@ -77,7 +77,7 @@ def test_applied_backfills_do_not_run_again_at_the_next_start(chdb_path):
 def test_a_start_on_an_up_to_date_schema_rewrites_no_table_definition(chdb_path):
     """`tally serve` migrates at every start. A migration already recorded applied its DDL again
     (IF NOT EXISTS: no change), yet the engine rewrote the definition files of the tables it
-    named, 60 rewrites a start; on a full disk it renamed an empty one over ``sessions_daily.sql``
+    named, dozens a start; on a full disk it renamed an empty one over ``sessions_daily.sql``
     and the folder could not be opened again. On one node a recorded migration runs nothing."""
     import time
 

@@ -20,7 +20,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from test_crash import ingest_until, new_key, stored_ids
 
-from served import Server, alive, children, free_port
+from served import Server, alive
 from tally.supervision import port_is_free
 
 pytestmark = pytest.mark.slow
@@ -143,31 +143,17 @@ def test_killing_the_server_during_its_migrate_step_takes_the_step_with_it(tmp_p
     were refused as "in use by another process (perhaps an older Tally)" until it ended. It dies
     with the server now, as the workers do, and a restart works at once."""
     Server(tmp_path).stop()  # a schema, so that the paused step finds one
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TALLY_")}
-    env.update(
-        TALLY_DATA_DIR=str(tmp_path),
-        TALLY_JWT_SECRET="x" * 32,
-        TALLY_FAULT_PAUSE_AT="migrate",
-        TALLY_LOG_LEVEL="WARNING",
-    )
-    with open(tmp_path / "paused-serve.log", "w") as log:
-        serve = subprocess.Popen(
-            [sys.executable, "-m", "tally", "serve", "--port", str(free_port())],
-            cwd=tmp_path,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            wait_for(lambda: (tmp_path / "fault-paused").exists(), "the migrate step's pause")
-            [step] = children(serve.pid)
-            os.kill(serve.pid, signal.SIGKILL)
-            serve.wait(timeout=PATIENCE)
-            wait_for(lambda: not alive(step), "the migrate step's exit")
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(serve.pid, signal.SIGKILL)
+    paused = Server(tmp_path, healthy=False, TALLY_FAULT_PAUSE_AT="migrate")
+    try:
+        wait_for(lambda: (tmp_path / "fault-paused").exists(), "the migrate step's pause")
+        [step] = paused.workers()  # its one child: the migrate step, not yet a worker
+        os.kill(paused.proc.pid, signal.SIGKILL)
+        paused.proc.wait(timeout=PATIENCE)
+        wait_for(lambda: not alive(step), "the migrate step's exit")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(paused.proc.pid, signal.SIGKILL)
+        paused.log.close()
     (tmp_path / "fault-paused").unlink()
     restarted = Server(tmp_path)
     assert httpx.get(f"{restarted.url}/api/health", timeout=10).status_code == 200

@@ -11,7 +11,7 @@ from msgspec import Struct
 
 from ..domain.filters import DIMENSIONS, Filter
 from ..domain.ranges import relative_change
-from ..query.breakdown import MAX_LIMIT, By
+from ..query.breakdown import DEFAULT_LIMIT, MAX_LIMIT, By
 from ..storage.breakdown import fetch_breakdown
 from .access import ProjectIdParam, get_head, project_route
 from .compare import (
@@ -60,7 +60,7 @@ async def breakdown(
     project_id: ProjectIdParam,
     by: ByParam,
     days: OptionalDaysParam = None,
-    limit: LimitParam = 10,
+    limit: LimitParam = DEFAULT_LIMIT,
     from_: FromParam = None,
     to: ToParam = None,
     filters: FiltersParam = None,

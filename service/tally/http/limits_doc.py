@@ -11,6 +11,7 @@ from ..domain.ranges import MAX_DATE, MAX_RANGE_DAYS, MIN_DATE
 from ..domain.stats_v2 import MAX_DIMENSIONS as V2_MAX_DIMENSIONS
 from ..domain.stats_v2 import MAX_LIMIT as V2_MAX_LIMIT
 from ..domain.stats_v2 import MAX_OFFSET as V2_MAX_OFFSET
+from ..query.breakdown import DEFAULT_LIMIT as BREAKDOWN_DEFAULT_LIMIT
 from ..query.breakdown import MAX_LIMIT as BREAKDOWN_MAX_LIMIT
 from .limits import MAX_FILTERS_BYTES, MAX_TARGET_BYTES, SMALL_BODY_BYTES, small_cap
 
@@ -106,7 +107,10 @@ def rows(settings: Settings | None = None) -> list[tuple[str, str]]:
             f"{MIN_DATE.isoformat()} to {MAX_DATE.isoformat()}; at most {MAX_RANGE_DAYS} days; "
             "not with `days`",
         ),
-        ("`limit` (breakdown)", f"an integer 1–{BREAKDOWN_MAX_LIMIT:,}; default 10"),
+        (
+            "`limit` (breakdown)",
+            f"an integer 1–{BREAKDOWN_MAX_LIMIT:,}; default {BREAKDOWN_DEFAULT_LIMIT}",
+        ),
         (
             "`POST /api/v2/query`",
             f"`pagination.limit` 1–{V2_MAX_LIMIT:,} (default {V2_MAX_LIMIT:,}), "

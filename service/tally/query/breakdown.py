@@ -79,6 +79,7 @@ By = Literal[
     "event",
 ]
 MAX_LIMIT = 1000
+DEFAULT_LIMIT = 10  # rows when the request does not say
 NIL_UUID = "toUUID('00000000-0000-0000-0000-000000000000')"
 ORDER = "ORDER BY visitors DESC, pageviews DESC, value ASC LIMIT {limit:UInt32}"
 

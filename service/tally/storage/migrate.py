@@ -517,7 +517,7 @@ def migrate_schema(
         if recorded and not cluster:
             # Its statements ran when it was recorded (it is recorded after its last one). Run
             # again at every start they changed nothing, yet the engine rewrote the definition
-            # files of the tables they name (60 rewrites a start), each a chance, on a full
+            # files of the tables they name (dozens a start), each a chance, on a full
             # disk, to leave one empty.
             continue
         check_room(storage, min_free_bytes)
