@@ -215,6 +215,7 @@ def test_every_rollup_is_fed_by_a_view(client):
         "audience_quarter",
         "session_values",
         "session_days",
+        "event_visitors",
     }
 
 

@@ -931,6 +931,7 @@ PROJECT_TABLES = {
     "visitors_daily",
     "sessions_daily",
     "session_days",
+    "event_visitors",
     "api_key_usage",
 }
 

@@ -11,7 +11,8 @@ Where each is read (query/decider.py): a session dimension from ``sessions_quart
 per session and 15 minutes, its first and last values (schema 012: as numbers, query/firsts.py),
 its visitors (schema 011: a plain array) and counts; a session's buckets in the window merge to
 the raw table's answer exactly); country, browser, os and deviceType from ``audience_quarter``
-(query/audience.py); any other event dimension from the raw ``events`` table, a narrow read on
+(query/audience.py); event names from ``event_visitors`` and ``events_quarter`` (schema 020,
+query/names.py); any other event dimension from the raw ``events`` table, a narrow read on
 ``(project_id, occurred_at)`` of the window's columns it needs. Visitors are exact (distinct
 64-bit hashes of the visitor ids, as every rollup)."""
 
@@ -20,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from . import audience, firsts
-from .decider import AUDIENCE_ROLLUP, SESSIONS_ROLLUP, breakdown_table, decide
+from . import audience, firsts, names
+from .decider import AUDIENCE_ROLLUP, EVENT_ROLLUP, SESSIONS_ROLLUP, breakdown_table, decide
 from .model import Query
 from .sql import WINDOW, bots, session_value
 
@@ -120,6 +121,8 @@ def breakdown_sql(query: Query) -> str:
         return sessions_rollup_sql(query)
     if table == AUDIENCE_ROLLUP:
         return audience.breakdown_sql(query)
+    if table == EVENT_ROLLUP:
+        return names.breakdown_sql(query)
     if query.filters:
         raise ValueError("a filtered breakdown of an event dimension reads query/filtered.py")
     return raw_breakdown_sql(query)

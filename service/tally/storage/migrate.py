@@ -87,6 +87,7 @@ SHARDING_KEYS: dict[str, str] = {
     "audience_quarter": PROJECT_SHARD,
     "session_values": PROJECT_SHARD,
     "session_days": PROJECT_SHARD,
+    "event_visitors": PROJECT_SHARD,
     "projects": "cityHash64(id)",
     "api_keys": PROJECT_SHARD,
     "api_key_usage": PROJECT_SHARD,
@@ -276,6 +277,7 @@ RECORDED_TEXTS: dict[int, dict[str, str]] = {
     17: {"ecd577de1779e0fc": "67c11536d55324e8"},
     18: {"ee549c2196359119": "113d7d4ddb2302cb"},
     19: {"a99c507463cd7e33": "20cd6e0c92a730a3"},
+    20: {"4e4bc06fd34fd77a": "2acece918ef20c79"},
 }
 
 
@@ -386,6 +388,7 @@ RETENTION_COLUMNS: dict[str, str] = {
     "audience_quarter": "toStartOfDay(bucket)",
     "session_values": "seen",
     "session_days": "toDateTime(day, 'UTC')",
+    "event_visitors": "toStartOfDay(last_bucket)",
 }
 
 
