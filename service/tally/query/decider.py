@@ -125,10 +125,10 @@ def breakdown_table(
     dimension when every filter is a session filter (or there are none). ``audience_quarter``
     holds each visitor's events per country, browser, os and device type: it answers a breakdown
     by one of those when every filter is on one of those (each an event filter, a ``WHERE`` on
-    its rows). ``event_visitors`` holds each visitor's 15-minute buckets per event name, not their
-    other values: it answers the breakdown by event without filters over :data:`EVENT_ROLLUP_DAYS` or more
-    (query/names.py). Anything
-    else reads the raw table."""
+    its rows). ``event_visitors`` holds each visitor's 15-minute buckets per event name, not
+    their other values: it answers the breakdown by event without filters over
+    :data:`EVENT_ROLLUP_DAYS` days or more (query/names.py). Anything else reads the raw
+    table."""
     dim = DIMENSIONS.get(query.dimension or "")
     if dim is not None and dim.is_session and all(f.dimension.is_session for f in query.filters):
         return SESSIONS_ROLLUP

@@ -1,7 +1,8 @@
 """SQL of the breakdown by event name (``by=event``) without filters, over two rollups:
 ``event_visitors`` (schema 020: per project, calendar quarter, name, visitor and bot flag, the
-15-minute UTC buckets in which that visitor sent that name) for the visitors, and ``events_quarter`` (per
-project, bucket, name and bot flag, the events) for the events and pageviews.
+15-minute UTC buckets in which that visitor sent that name) for the visitors, and
+``events_quarter`` (per project, bucket, name and bot flag, the events) for the events and
+pageviews.
 
 A window starts and ends on 15-minute UTC boundaries (query/decider.py), so a visitor sent a name
 in the window exactly when one of its buckets of that name lies in ``[t0, t1)``; rows of parts not
