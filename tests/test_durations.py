@@ -285,7 +285,7 @@ def test_upgrade_from_018_sums_the_stored_durations_once(chdb_path):
                 ]
             )
         )
-        assert migrate(storage) == ["019_exact_durations"]
+        assert migrate(storage) == ["019_exact_durations", "020_event_visitors"]
 
         def totals() -> dict[int, Decimal]:
             """The stated total per bot flag, from session_days' rows (not the projection)."""

@@ -356,6 +356,8 @@ def parse_query(body: bytes) -> V2Query:
     except msgspec.DecodeError as exc:
         if LONE_SURROGATE.search(body):  # an escape such as \ud800, alone
             raise _bad("$", NO_SURROGATES) from None
+        if "Invalid UTF-8" in str(exc):  # msgspec 0.23's word for bytes in a string
+            raise _bad("$", "must be UTF-8 text") from None
         raise _bad("$", f"must be a JSON object ({exc})") from None
     except UnicodeDecodeError:
         raise _bad("$", "must be UTF-8 text") from None
