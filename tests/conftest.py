@@ -15,6 +15,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +188,19 @@ def stored(client: TestClient[Any], sql: str, **params: Any) -> list[tuple[Any, 
     """Rows from the test's own database; ``{db}`` in ``sql`` names it."""
     storage = client.app.state.storage
     return storage.query(sql.replace("{db}", storage.database), params)
+
+
+def within_one_month(span: timedelta, now: datetime | None = None) -> datetime:
+    """``now`` (default: the clock's), or noon of the last day of the month before when the
+    ``span`` before ``now`` reaches into that month: an instant such that events placed in the
+    ``span`` before it lie in one UTC calendar month, so in one monthly partition of every table.
+    For tests whose verdict rests on the parts a read meets (a projection chosen over the table,
+    a query's memory): in the first days of a month their events fell in two partitions, and
+    they failed (2026-12-02) where mid-month they pass. At most ``span`` plus a month's first
+    days before ``now``."""
+    now = now or datetime.now(UTC)
+    month = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    return now if now - span >= month else month - timedelta(hours=12)
 
 
 def migrate_before(storage: Storage, version: int) -> None:

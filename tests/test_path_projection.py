@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 import reference_filters as ref
-from conftest import migrate_before, new_project
+from conftest import migrate_before, new_project, within_one_month
 from tally.domain.filters import parse_filters
 from tally.query import Query, filtered, onescan
 from tally.query.breakdown import breakdown_parameters, breakdown_sql
@@ -73,7 +73,10 @@ def tenant(client):
     """Enough events of one project (about 30k) for the table's window to span several granules
     while one page's events fit in one of the projection's."""
     project_id, _ = new_project(client)
-    now = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2)
+    # Ten days in one month: the breakdown by path reads the projection when the window's events
+    # are one part; split over two monthly partitions, ClickHouse read the table.
+    recent = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=2)
+    now = within_one_month(timedelta(days=10), recent)
     events = many(now, 11_000, seed=13)
     store(client, project_id, sent(events))
     return project_id, now, events
