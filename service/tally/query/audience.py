@@ -17,12 +17,8 @@ from __future__ import annotations
 from .decider import AUDIENCE_COLUMNS
 from .filtered import match
 from .model import Query
-from .sql import bots
+from .sql import BREAKDOWN_ORDER, QUARTERS, bots
 
-WINDOW = (
-    "project_id = {p:String} AND bucket >= {t0:DateTime('UTC')} AND bucket < {t1:DateTime('UTC')}"
-)
-ORDER = "ORDER BY visitors DESC, pageviews DESC, value ASC LIMIT {limit:UInt32}"
 LOCAL = "toTimeZone(bucket, {tz:String})"
 
 
@@ -38,7 +34,7 @@ def kept(query: Query) -> str:
         " AND " + match(AUDIENCE_COLUMNS[f.dimension.name], f, f"f{i}")
         for i, f in enumerate(query.filters)
     )
-    return f"{WINDOW}{bots(query)}{matched}"
+    return f"{QUARTERS}{bots(query)}{matched}"
 
 
 def breakdown_sql(query: Query) -> str:
@@ -51,7 +47,7 @@ def breakdown_sql(query: Query) -> str:
                sum(pageviews) AS pageviews, sum(events) AS events
         FROM {{db}}.audience_quarter
         WHERE {kept(query)} AND {column} != ''
-        GROUP BY value {ORDER}"""
+        GROUP BY value {BREAKDOWN_ORDER}"""
 
 
 def facts_sql(query: Query, codes: dict[str, int]) -> str:

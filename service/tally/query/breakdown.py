@@ -24,11 +24,7 @@ from typing import Any, Literal
 from . import audience, firsts, names
 from .decider import AUDIENCE_ROLLUP, EVENT_ROLLUP, SESSIONS_ROLLUP, breakdown_table, decide
 from .model import Query
-from .sql import WINDOW, bots, session_value
-
-QUARTERS_WINDOW = (
-    "project_id = {p:String} AND bucket >= {t0:DateTime('UTC')} AND bucket < {t1:DateTime('UTC')}"
-)
+from .sql import BREAKDOWN_ORDER, QUARTERS, WINDOW, bots, session_value
 
 
 @dataclass(frozen=True)
@@ -82,7 +78,6 @@ By = Literal[
 MAX_LIMIT = 1000
 DEFAULT_LIMIT = 10  # rows when the request does not say
 NIL_UUID = "toUUID('00000000-0000-0000-0000-000000000000')"
-ORDER = "ORDER BY visitors DESC, pageviews DESC, value ASC LIMIT {limit:UInt32}"
 
 
 def sessions_rollup_sql(query: Query) -> str:
@@ -105,7 +100,7 @@ def sessions_rollup_sql(query: Query) -> str:
         SELECT h0 AS h, uniqExactArray(vs) AS visitors, sum(pv) AS pageviews, sum(n) AS events
         FROM (SELECT {columns}, groupArrayArray(visitor_list) AS vs,
                      sum(pageviews) AS pv, sum(events) AS n
-              FROM {{db}}.sessions_quarter WHERE {QUARTERS_WINDOW}{bots(query)}
+              FROM {{db}}.sessions_quarter WHERE {QUARTERS}{bots(query)}
               GROUP BY session_key, sessioned HAVING n > 0)
         WHERE h0 NOT IN {firsts.NO_VALUE}{kept}
         GROUP BY h0"""
@@ -139,7 +134,7 @@ def raw_breakdown_sql(query: Query) -> str:
                    uniqExactIf({visitor}, visitor_hash != 0) AS visitors,
                    countIf(name = 'pageview') AS pageviews, count() AS events
             FROM {{db}}.events WHERE {where} AND {dim.column} != ''
-            GROUP BY value {ORDER}"""
+            GROUP BY value {BREAKDOWN_ORDER}"""
     value = session_value(dim.column, dim.pick)
     # One group per session; an event without a session id is a group of its own.
     return f"""
@@ -150,7 +145,7 @@ def raw_breakdown_sql(query: Query) -> str:
               FROM {{db}}.events WHERE {where}
               GROUP BY session_id, if(session_id = '', event_id, {NIL_UUID}))
         WHERE value != ''
-        GROUP BY value {ORDER}"""
+        GROUP BY value {BREAKDOWN_ORDER}"""
 
 
 def breakdown_parameters(query: Query) -> dict[str, Any]:

@@ -40,7 +40,15 @@ from .durations import (
 from .firsts import NO_VALUE, hash_of, hit, named_rows
 from .firsts import match as number_match
 from .model import Query
-from .sql import DAY_RANGE, EDGE, STORED_ORDER, bots, live_parameters, live_sql
+from .sql import (
+    BREAKDOWN_ORDER,
+    DAY_RANGE,
+    EDGE,
+    STORED_ORDER,
+    bots,
+    live_parameters,
+    live_sql,
+)
 from .sql import session_value as sql_session_value
 
 RANGE = (
@@ -52,7 +60,6 @@ SKEY = "session_key"
 QUARTERS = (
     "project_id = {p:String} AND bucket >= {q0:DateTime('UTC')} AND bucket < {q1:DateTime('UTC')}"
 )
-ORDER = "ORDER BY visitors DESC, pageviews DESC, value ASC LIMIT {limit:UInt32}"
 LOCAL = "toTimeZone(occurred_at, {tz:String})"
 # Under session filters the latest kept events are looked for among this many latest events
 # (:func:`latest_kept_sql`).
@@ -328,7 +335,7 @@ def breakdown_sql(query: Query, rollup: bool = True) -> str:
         return f"""
             SELECT toString({dim.column}) AS value, {counts}
             FROM {kept} WHERE value != ''
-            GROUP BY value {ORDER}"""
+            GROUP BY value {BREAKDOWN_ORDER}"""
     if rollup:
         # The kept events counted per session first (their visitors as a set), then each
         # session under its value hash (schema 012), named for the rows returned
@@ -350,7 +357,7 @@ def breakdown_sql(query: Query, rollup: bool = True) -> str:
         FROM {kept} AS k
         INNER JOIN ({_sessions(query, value)}) AS s ON k.skey = s.skey
         WHERE value != ''
-        GROUP BY value {ORDER}"""
+        GROUP BY value {BREAKDOWN_ORDER}"""
 
 
 def parameters(query: Query) -> dict[str, Any]:

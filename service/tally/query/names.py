@@ -16,17 +16,13 @@ A filtered breakdown by event reads the raw table (query/filtered.py)."""
 from __future__ import annotations
 
 from .model import Query
-from .sql import bots
+from .sql import BREAKDOWN_ORDER, QUARTERS, bots
 
-QUARTERS = (
-    "project_id = {p:String} AND bucket >= {t0:DateTime('UTC')} AND bucket < {t1:DateTime('UTC')}"
-)
 # The first bucket a visitor may count by: the window's start, or the oldest bucket still held.
 SINCE = (
     "greatest({t0:DateTime('UTC')}, (SELECT min(bucket) FROM {db}.events_quarter "
     "WHERE project_id = {p:String}))"
 )
-ORDER = "ORDER BY visitors DESC, pageviews DESC, value ASC LIMIT {limit:UInt32}"
 
 
 def breakdown_sql(query: Query) -> str:
@@ -48,4 +44,4 @@ def breakdown_sql(query: Query) -> str:
                          AND quarter >= toStartOfQuarter({{t0:DateTime('UTC')}})
                          AND quarter < {{t1:DateTime('UTC')}}
                    GROUP BY value) AS seen USING value
-        {ORDER}"""
+        {BREAKDOWN_ORDER}"""

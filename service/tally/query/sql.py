@@ -25,6 +25,8 @@ DAY_RANGE = "project_id = {p:String} AND day >= {d0:Date} AND day < {d1:Date}"
 QUARTERS = (
     "project_id = {p:String} AND bucket >= {t0:DateTime('UTC')} AND bucket < {t1:DateTime('UTC')}"
 )
+# Breakdown rows in the contract's order: visitors, then pageviews, descending, then the value.
+BREAKDOWN_ORDER = "ORDER BY visitors DESC, pageviews DESC, value ASC LIMIT {limit:UInt32}"
 # The raw edges: a partial first UTC day and, for a closed range, a partial last one (e2 = e3,
 # an empty interval, when there is only one).
 EDGE = (
