@@ -20,8 +20,8 @@ from tally.domain.filters import parse_filters
 from tally.domain.ranges import parse_compare
 from tally.http.compare import earlier_query
 from tally.http.views import build_dashboard
-from tally.query import Query
-from tally.query.breakdown import DIMENSIONS
+from tally.query import Query, names
+from tally.query.breakdown import DIMENSIONS, breakdown_parameters, raw_breakdown_sql
 from tally.storage import dashboard
 from tally.storage.breakdown import fetch_breakdown
 from tally.storage.client import Storage, parse_url
@@ -89,6 +89,15 @@ def main() -> None:
     }
     for by in DIMENSIONS:
         cases[f"bd_{by}"] = lambda by=by: fetch_breakdown(storage, q(dimension=by))
+    # The breakdown by event from event_visitors (schema 020) and from the raw table, whatever
+    # the decider would choose: where query/decider.py's EVENT_ROLLUP_DAYS comes from.
+    for days in (7, 14, 30, 90):
+        for kind, sql_of in (("rollup", names.breakdown_sql), ("raw", raw_breakdown_sql)):
+            query = q(dimension="event", days=days)
+            sql = sql_of(query).replace("{db}", storage.database)
+            cases[f"ev_{kind}_{days}d"] = lambda sql=sql, query=query: storage.report(
+                sql, breakdown_parameters(query)
+            )
     for dim, raw in FILTERS.items():
         f = parse_filters(raw)
         cases[f"fdash_{dim}"] = lambda f=f: dash(q(filters=f))

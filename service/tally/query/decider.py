@@ -36,9 +36,9 @@ SESSIONS_ROLLUP: Final = "sessions_quarter"
 AUDIENCE_ROLLUP: Final = "audience_quarter"
 EVENT_ROLLUP: Final = "event_visitors"
 # From this many days on, the breakdown by event reads event_visitors; shorter windows read the
-# raw table, which then holds fewer rows than the rollup's quarters. Measured on the 10M-event
-# tenant (one-off, medians of 5 in process): rollup / raw 84 / 47 ms at 7 days, 119 / 90 at 14,
-# 131 / 158 at 30, 171 / 435 at 90.
+# raw table, which then holds fewer rows than the rollup's quarters. On the 10M-event tenant
+# (`scripts/speed_time.py DIR 7 ev_`, medians of 7 in process, 2026-12-02): rollup / raw 90 / 50
+# ms at 7 days, 96 / 70 at 14, 122 / 169 at 30, 221 / 415 at 90.
 EVENT_ROLLUP_DAYS: Final = 28
 RAW: Final = "raw"
 # The dimensions audience_quarter keeps per visitor and 15 minutes (API name: its column).
