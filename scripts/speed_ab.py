@@ -10,6 +10,7 @@ Usage: git archive <main-commit> service | tar -x -C /tmp/b && cp -r /tmp/b/serv
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import statistics
 import sys
 import time
@@ -109,8 +110,7 @@ def main() -> None:
                 name == o.rstrip("$") if o.endswith("$") else name.startswith(o) for o in only
             ):
                 continue
-            await a()
-            await b()
+            same = _plain(await a()) == _plain(await b())
             ta, tb = [], []
             for _ in range(n):
                 for fn, out in ((a, ta), (b, tb)):
@@ -118,13 +118,25 @@ def main() -> None:
                     await fn()
                     out.append((time.perf_counter() - started) * 1000)
             print(
-                f"{name:28s} {statistics.median(ta):9.0f} {statistics.median(tb):9.0f}", flush=True
+                f"{name:28s} {statistics.median(ta):9.0f} {statistics.median(tb):9.0f}"
+                f"  {'same answer' if same else 'ANSWERS DIFFER'}",
+                flush=True,
             )
 
     try:
         asyncio.run(run())
     finally:
         storage.close()
+
+
+def _plain(answer: object) -> object:
+    """An answer of either package as plain values (their row classes differ), each list of a
+    dashboard's rows sorted (the timeline's days come in the engine's order of the moment)."""
+    if dataclasses.is_dataclass(answer) and not isinstance(answer, type):
+        return tuple(
+            sorted(v, key=repr) if isinstance(v, list) else v for v in dataclasses.astuple(answer)
+        )
+    return answer
 
 
 if __name__ == "__main__":
