@@ -1,4 +1,5 @@
-"""Stated session durations are summed as the decimals sent (schema 019, query/durations.py).
+"""Stated session durations are summed as decimals (schema 019, query/durations.py): each the
+shortest decimal of its double, the number sent when a double holds it.
 
 74.3 + 65.1 + 15.1 is 154.5, a mean of 51.5, rounded half up to 52: the reference model's number
 (tests/reference.py reads each durationMs by its decimal form). Summed as doubles it is
@@ -243,6 +244,44 @@ def test_sums_past_the_largest_double_count_as_it():
     assert mean_ms(stated_total([(-1, 743), (0, 5)]), 2) == 40  # (74.3 + 5) / 2 = 39.65
     assert mean_ms(stated_total([(-1, 5), (-1, 0)]), 1) == 1  # 0.5, half up
     assert mean_ms(stated_total(None), 0) == 0
+
+
+@pytest.mark.parametrize(
+    ("sent", "counted"),
+    [
+        # An integer a double holds, and the first one it does not: 2^53 + 1 is read as 2^53.
+        ("9007199254740992", 9007199254740992),
+        ("9007199254740993", 9007199254740992),
+        # The double nearest 12345678901234567890, written shortest: 1.2345678901234567e19.
+        ("12345678901234567890", 12345678901234567000),
+        # More significant digits than a double keeps: read as 2.5, which rounds half up to 3.
+        ("2.4999999999999999999", 3),
+        ("2.4999999999999", 2),
+    ],
+)
+def test_a_duration_counts_as_the_double_it_is_read_as(client, sent, counted):
+    """The README's rule: a durationMs counts as the shortest decimal of the double that JSON
+    number is read as, which is the decimal sent for up to 15 significant digits and for every
+    integer up to 2^53, and the nearest double's beyond (found by an HTTP hunt: the README
+    said "as it was sent" without that bound)."""
+    created = client.post(
+        "/api/projects", json={"name": f"duration {sent}"}, headers=auth("dur")
+    ).json()
+    at = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
+    body = (
+        '{"events": [{"name": "pageview", "sessionId": "s", "visitorId": "v", '
+        f'"occurredAt": "{at.isoformat()}"}}, {{"name": "session_end", "sessionId": "s", '
+        f'"visitorId": "v", "occurredAt": "{(at + timedelta(seconds=1)).isoformat()}", '
+        f'"metadata": {{"durationMs": {sent}}}}}]}}'
+    )
+    response = client.post(
+        "/api/collect",
+        content=body,
+        headers={"x-api-key": created["apiKey"], "content-type": "application/json"},
+    )
+    assert response.status_code == 202, response.text
+    summary = _dashboard(client, created["projectId"], days="1")["summary"]
+    assert summary["avgSessionDurationMs"] == counted
 
 
 def test_upgrade_from_018_sums_the_stored_durations_once(chdb_path):

@@ -1,15 +1,17 @@
 """Stated session durations, summed exactly (schema 019).
 
-A ``metadata.durationMs`` counts as the decimal it was sent as: 74.3 is 74.3, not the double
-nearest to it, and 74.3 + 65.1 + 15.1 is 154.5 where doubles give 154.49999999999997 (a mean of
-51.5, rounded half up to 52, not 51). A duration is kept as its shortest decimal form, the one
-``toString`` writes for the stored double (Python's ``repr`` gives the same digits), split into
-an integer significand and a power of ten: ``events.duration_digits`` and
-``events.duration_exponent``. Every query gives the stated durations as (exponent, sum of
-significands) pairs, which ``domain.metrics.stated_total`` adds in exact integers: summed per
-exponent (``sumMap``, a few exponents) where one aggregate covers every row, and per session as
-one count of 10^-20 ms plus the rare durations out of that scale, where a ``sumMap`` state per
-session cost too much.
+A ``metadata.durationMs`` counts as a decimal, the shortest decimal of the double the JSON
+number is read as (the number sent, for up to 15 significant digits and every integer up to
+2^53; a longer one is its nearest double's: 9007199254740993 counts as 9007199254740992): 74.3
+is 74.3, not the double nearest to it, and 74.3 + 65.1 + 15.1 is 154.5 where doubles give
+154.49999999999997 (a mean of 51.5, rounded half up to 52, not 51). A duration is kept as its
+shortest decimal form, the one ``toString`` writes for the stored double (Python's ``repr``
+gives the same digits), split into an integer significand and a power of ten:
+``events.duration_digits`` and ``events.duration_exponent``. Every query gives the stated
+durations as (exponent, sum of significands) pairs, which ``domain.metrics.stated_total`` adds
+in exact integers: summed per exponent (``sumMap``, a few exponents) where one aggregate covers
+every row, and per session as one count of 10^-20 ms plus the rare durations out of that scale,
+where a ``sumMap`` state per session cost too much.
 
 The SQL lives here once: the schema file writes it out for ``events.duration_*`` and for
 ``session_days``' sums (tests/test_durations.py checks that they are the same text), and the

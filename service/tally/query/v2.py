@@ -17,7 +17,8 @@ so that rows showing the same number are ordered by the keys after), computed in
   pageview);
 - ``visit_duration``: (stated + unstated) / ends half up to an integer, with ``stated`` the
   stated durations as a count of 10^-20 ms (query/durations.py: every duration with at most 20
-  digits after the point and below 10^20 ms, whatever a tracker sends, counts there exactly) and
+  digits after the point and below 10^20 ms, as its double's shortest decimal, counts there
+  exactly) and
   ``unstated`` the time spans in ms, is ``intDiv(2 * total + ends, 2 * ends)`` in that unit
   (Int256). A group with a duration out of that scale (a visitor can send ``durationMs`` 1e29 or
   5e-324: ``outside``) is not ordered exactly in SQL, so such a result says so (``unexact``)
