@@ -19,6 +19,11 @@ from pathlib import Path
 
 import tally_base.domain.filters as base_filters
 import tally_base.query as base_query
+
+# The suite's filters on the speed tenant and the breakdown it times under each, as
+# scripts/speed_time.py times them (this script's folder is first on sys.path).
+from benchmarks.queries import FILTERED_BY
+from speed_time import FILTERS
 from tally_base.domain import ranges as base_ranges
 from tally_base.http import compare as base_compare
 from tally_base.storage import breakdown as base_breakdown
@@ -30,16 +35,6 @@ from tally.http import compare
 from tally.query import Query
 from tally.storage import breakdown, dashboard
 from tally.storage.client import Storage, parse_url
-
-# The suite's filters on the speed tenant: each dimension's most visited value
-# (benchmarks/queries.py), and the breakdown it times under each.
-FILTERS = {
-    "path": '[["is","path",["/page/1"]]]',
-    "country": '[["is","country",["US"]]]',
-    "source": '[["is","source",["Google"]]]',
-    "browser": '[["is","browser",["Chrome"]]]',
-}
-FILTERED_BY = {"path": "source", "country": "source", "source": "country", "browser": "path"}
 
 
 def main() -> None:

@@ -126,11 +126,17 @@ def test_storage_outage_is_absorbed_by_the_log_and_loaded_after_it(make_client, 
         assert live["backlog"]["failedLoads"] >= 3
         # INSERTs succeed, their answers are lost: retried, and deduplicated. Two lost answers
         # (a segment stored, and stored again, without the loader knowing): each is an INSERT
-        # that ran, synced the engine's disk and raised, so this waits on real loads.
-        lost_from = loader.failures
+        # that ran, synced the engine's disk and raised, so this waits on real loads. Counted
+        # from the first lost answer, as an INSERT refused before the switch may still fail.
         fault.write_text("lose")
         until(
-            lambda: loader.failures >= lost_from + 2 and loader.inserts == 0,
+            lambda: "answer lost" in loader.last_error,
+            "a lost answer",
+            state=lambda: loader_state(loader),
+        )
+        lost_from = loader.failures
+        until(
+            lambda: loader.failures >= lost_from + 1 and loader.inserts == 0,
             "retries whose answers were lost",
             state=lambda: loader_state(loader),
         )
