@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import queue
+import struct
 import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -89,6 +90,12 @@ def _unavailable_on_failure() -> Iterator[None]:
         raise
     except (ClickHouseError, OSError) as exc:
         raise StorageUnavailable(str(exc)) from exc
+    except (UnicodeDecodeError, IndexError, struct.error) as exc:
+        # The embedded engine sometimes hands back a result it broke off (a query over its
+        # memory cap, or out of threads, while other queries ran): clickhouse-connect's reader
+        # then fails on the bytes, as text that is not UTF-8 or a block cut short. That answer
+        # is not there: a 503 to retry, not a 500 (tests/faults/test_resources.py saw one).
+        raise StorageUnavailable(f"the engine's answer could not be read ({exc})") from exc
 
 
 @dataclass(frozen=True)
