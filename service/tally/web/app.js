@@ -2170,14 +2170,17 @@
   // The filters as chips: each says what it keeps, opens an editor on click, and has an ×.
   function filterBar(r) {
     const editor = h('div', { class: 'filter-editor-slot' });
-    const edit = (index) =>
-      editor.replaceChildren(
-        filterEditor(r, index, () => {
-          editor.replaceChildren();
-          const opener = document.getElementById(index >= 0 ? `chip-${index}` : 'add-filter');
-          if (opener) opener.focus();
-        })
-      );
+    // The focus moves into the editor as it opens, not a task later: an Escape pressed at once
+    // (before a timeout's focus) went to the opener, and the editor stayed open.
+    const edit = (index) => {
+      const form = filterEditor(r, index, () => {
+        editor.replaceChildren();
+        const opener = document.getElementById(index >= 0 ? `chip-${index}` : 'add-filter');
+        if (opener) opener.focus();
+      });
+      editor.replaceChildren(form);
+      form.querySelector('#filter-values').focus();
+    };
     const chips = r.filters.map((f, i) => {
       const words = filterWords(f);
       return h(
@@ -2278,7 +2281,6 @@
     form.addEventListener('keydown', (e) => {
       if (e.key === 'Escape') close();
     });
-    setTimeout(() => values.focus(), 0);
     return form;
   }
 
