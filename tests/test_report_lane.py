@@ -319,12 +319,12 @@ def test_a_negative_cap_is_refused_at_start_in_plain_words():
     ],
 )
 def test_an_answer_the_reader_cannot_decode_is_storage_unavailable(broken):
-    """The embedded engine sometimes hands back a result it broke off (over the memory cap, or
-    out of threads, while other queries run: tests/faults/test_resources.py once got a 500 so,
-    and a 1 MiB cap over 2000 events gives one in about ten dashboards). clickhouse-connect's
-    reader then raises on the bytes; that is a 503 to retry (Storage unavailable), not a 500.
-    The engine's own failure cannot be forced to break off a result here, so this checks the
-    mapping every storage call goes through."""
+    """Bytes clickhouse-connect's reader cannot decode are a 503 to retry (Storage unavailable),
+    not a 500. They came (tests/faults/test_resources.py once got a 500 so, and a 1 MiB cap over
+    2000 events gave one in about ten dashboards) from a failed stream's unread blocks reaching
+    the next query on the same engine handle, which storage/client.py now prevents
+    (tests/test_stale_stream.py); this checks the mapping every storage call goes through,
+    should other such bytes come."""
     with (
         pytest.raises(StorageUnavailable, match="answer could not be read"),
         _unavailable_on_failure(),

@@ -91,10 +91,10 @@ def _unavailable_on_failure() -> Iterator[None]:
     except (ClickHouseError, OSError) as exc:
         raise StorageUnavailable(str(exc)) from exc
     except (UnicodeDecodeError, IndexError, struct.error) as exc:
-        # The embedded engine sometimes hands back a result it broke off (a query over its
-        # memory cap, or out of threads, while other queries ran): clickhouse-connect's reader
-        # then fails on the bytes, as text that is not UTF-8 or a block cut short. That answer
-        # is not there: a 503 to retry, not a 500 (tests/faults/test_resources.py saw one).
+        # Bytes clickhouse-connect's reader cannot decode (text that is not UTF-8, a block cut
+        # short): the embedded engine handed them over when a failed stream's unread blocks
+        # reached the next query on its handle, which :meth:`Storage.client` now prevents. Should
+        # any other answer come so, it is not there: a 503 to retry, not a 500.
         raise StorageUnavailable(f"the engine's answer could not be read ({exc})") from exc
 
 
@@ -215,7 +215,10 @@ class Storage:
         # The ClickHouse cluster the schema lives on ("" on one node): see storage/migrate.py.
         self.cluster = cluster
         self._pool: queue.LifoQueue[Client] = queue.LifoQueue()
+        self._report_pool: queue.LifoQueue[Client] = queue.LifoQueue()
         self._clients: list[Client] = []
+        self._clients_lock = threading.Lock()
+        self._set: dict[str, str] = {}  # set_setting's, for a client made after
         if target.kind == "chdb":
             # Before the engine opens: blocks a crash recorded but never stored (dedup_log.py).
             forget_uncommitted_blocks(target.path)
@@ -231,10 +234,9 @@ class Storage:
             self._clients.append(client)
             self._pool.put(client)
         # The report lane's own clients, each with the lane's memory cap on every call.
-        self._report_pool: queue.LifoQueue[Client] = queue.LifoQueue()
-        capped = {"max_memory_usage": self.report_memory} if self.report_memory else {}
+        self._capped = {"max_memory_usage": self.report_memory} if self.report_memory else {}
         for _ in range(self.report_threads):
-            client = connect(target, cluster=cluster, settings=capped)
+            client = connect(target, cluster=cluster, settings=self._capped)
             self._clients.append(client)
             self._report_pool.put(client)
         # Reports waiting for a thread of their lane, running, and stopped because their caller
@@ -246,12 +248,40 @@ class Storage:
 
     @contextmanager
     def client(self, pool: queue.LifoQueue[Client] | None = None) -> Iterator[Client]:
+        """A client of ``pool`` (the control lane's by default) for one call. On the embedded
+        engine a client whose call failed is closed and replaced, never lent again: after a
+        result stream fails partway (a query killed, over its memory cap, or an engine error
+        while it streams), the engine hands that stream's unread blocks to the next query on
+        the same handle, which then failed to decode or, when the blocks parsed, returned the
+        failed query's rows before its own (tests/test_stale_stream.py). A new client costs some
+        15 ms; a failure is rare."""
         pool = self._pool if pool is None else pool
         client = pool.get()
         try:
             yield client
+        except BaseException:
+            if self.target.kind == "chdb":
+                client = self._replace(client, pool)
+            raise
         finally:
             pool.put(client)
+
+    def _replace(self, client: Client, pool: queue.LifoQueue[Client]) -> Client:
+        """A new client with ``client``'s settings (the report lane's memory cap), in its place
+        in the list :meth:`close` closes; ``client`` itself is closed. Should the new one fail to
+        connect, ``client`` is kept: the lane keeps its size."""
+        settings = {**(self._capped if pool is self._report_pool else {}), **self._set}
+        try:
+            fresh = connect(self.target, cluster=self.cluster, settings=settings)
+        except Exception:
+            return client
+        with self._clients_lock:
+            closed = client not in self._clients  # the storage closed meanwhile
+            if not closed:
+                self._clients[self._clients.index(client)] = fresh
+        with suppress(Exception):
+            (fresh if closed else client).close()
+        return client if closed else fresh
 
     @contextmanager
     def own_client(self) -> Iterator[Client]:
@@ -270,6 +300,7 @@ class Storage:
     def set_setting(self, name: str, value: str) -> None:
         """A setting on every client of the pool, for every call after (scripts/projection_ab.py
         reads a tenant with and without projections this way)."""
+        self._set[name] = value
         for client in self._clients:
             client.set_client_setting(name, value)
 
