@@ -201,8 +201,9 @@ def test_a_query_over_the_cap_is_answered_400_in_plain_words_and_ingestion_goes_
         project, key = server.new_project("hungry", "hungry")
         # In one month (one partition of each table): the plain dashboard's reads of two monthly
         # partitions need more than the cap, and it was refused on the first days of a month.
-        # The cap sits well between what each view needs, measured by a binary search of the
-        # engine's max_memory_usage over these 8,000 events (three searches each, 2026-12-02):
+        # The cap sits well between what each view needs, measured by a one-off script (not in
+        # the repo) that searched the report clients' max_memory_usage for the least each view
+        # is answered under, over these 8,000 events (three searches each, 2026-12-02):
         # the plain dashboard 1.06-1.09 MiB (its reads' buffers, about 0.75 MiB for any
         # project), the query below 15.2-16.1 MiB, the filtered dashboard 14.2-15.2 MiB. At
         # 2,000 events under a 1 MiB cap the plain one needed 0.5-0.84 MiB, and under load it

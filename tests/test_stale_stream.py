@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tally.storage.client import Storage, StorageUnavailable, parse_url
+from tally.storage.client import ReportTooLarge, Storage, StorageUnavailable, parse_url
 
 # Rows that stream in many blocks, then an engine error partway.
 FAILS_PARTWAY = (
@@ -78,19 +78,19 @@ def test_after_a_report_is_killed_the_next_report_gets_only_its_own_rows(storage
 def test_a_client_replaced_after_a_failure_keeps_its_lanes_settings(storage: Storage) -> None:
     """The report lane's client made after a failure has the lane's memory cap; the control
     lane's has none: a report over the cap is refused as before, the same query on the control
-    lane runs."""
+    lane runs. Each failed client is closed and a new one stands in its place."""
     hungry = "SELECT uniqExact(toString(number)) FROM numbers(3000000)"
-    with pytest.raises(StorageUnavailable):
-        storage.query(FAILS_PARTWAY, pool=storage._report_pool)
-    with pytest.raises(StorageUnavailable):
-        storage.query(FAILS_PARTWAY)
     capped = Storage(storage.target, 2, report_memory_mb=8)
     try:
-        with pytest.raises(StorageUnavailable):
+        before = list(capped._clients)
+        with pytest.raises(StorageUnavailable, match="partway"):
             capped.query(FAILS_PARTWAY, pool=capped._report_pool)
-        with pytest.raises(Exception, match="more than its 8 MiB"):
+        with pytest.raises(StorageUnavailable, match="partway"):
+            capped.query(FAILS_PARTWAY)
+        assert len(capped._clients) == 2
+        assert not set(map(id, capped._clients)) & set(map(id, before))
+        with pytest.raises(ReportTooLarge, match="more than its 8 MiB"):
             asyncio.run(capped.report(hungry))
         assert capped.query(hungry) == [(3_000_000,)]
-        assert len(capped._clients) == 2
     finally:
         capped.close()
