@@ -147,3 +147,27 @@ def test_an_unknown_key_while_the_keys_cannot_be_read_is_told_to_retry(client, m
     body = {"events": [{"name": "a"}]}
     known = client.post("/api/collect", json=body, headers={"x-api-key": key})
     assert known.status_code == 202
+
+
+def test_a_revoked_key_is_refused_at_once_without_reading_the_keys(client, monkeypatch):
+    """Revocations are final: a key this worker knows revoked (a deleted project's, whose
+    trackers keep sending) gets its 401 without waiting for a refresh or costing a read, even
+    while the keys cannot be read (a 503 there would have its trackers retry forever)."""
+    user = "keys-revoked"
+    project_id, key = new_project(client, user=user)
+    keys = client.get(f"/api/projects/keys?projectId={project_id}", headers=auth(user))
+    key_id = keys.json()["keys"][0]["id"]
+    revoke = f"/api/projects/keys?projectId={project_id}&keyId={key_id}"
+    assert client.delete(revoke, headers=auth(user)).status_code == 204
+    store = client.app.state.registry.store
+    reads: list[object] = []
+
+    def unreadable(since):
+        reads.append(since)
+        raise AssertionError("a revoked key read the keys")
+
+    monkeypatch.setattr(store, "key_changes", unreadable)
+    for _ in range(3):
+        refused = collect(client, key)
+        assert (refused.status_code, refused.json()) == (401, {"error": "Invalid API key"})
+    assert reads == []

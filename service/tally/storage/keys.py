@@ -104,6 +104,10 @@ class KeyRegistry:
         record = self._live.get(key_hash)
         if record is not None:
             return record
+        if key_hash in self._revoked:
+            # Revocations are final (apply): a deleted project's trackers that keep sending get
+            # their 401 at once, without a refresh to wait for or pay.
+            return None
         # Unknown here: perhaps created by another process a moment ago. Wait for the next
         # refresh allowed (at most one per miss interval, shared by every waiting request).
         try:
