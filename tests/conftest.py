@@ -61,7 +61,7 @@ COLUMNS_BEFORE_005 = (
     "key_id",
 )
 
-# Known at import, so that modules can build apps at collection time (schemathesis needs one).
+# Known at import, so that modules can build apps at collection time (test_openapi's document).
 CHDB_PATH = Path(tempfile.mkdtemp(prefix="tally-test-chdb-"))
 
 

@@ -42,8 +42,8 @@ def api_schema():
 
 # Loaded when the tests run, not when they are collected: at collection schemathesis makes each
 # operation's coverage cases (about a minute of CPU), and every pytest-xdist worker collects
-# every test, so four workers made them four times to run them once. Each test below is one item
-# running every operation of the document (a failure names the operation).
+# every test, so four workers made them four times to run them once. Each of the two tests that
+# use it is one item running every operation of the document (a failure names the operation).
 schema = schemathesis.pytest.from_fixture("api_schema")
 
 
