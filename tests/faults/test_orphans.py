@@ -110,7 +110,9 @@ def test_killing_the_whole_group_then_restarting(tmp_path):
     server = Server(tmp_path)
     workers = server.workers()
     acked = ingest_while(server, server.kill)
-    assert not any(alive(pid) for pid in workers)
+    # SIGKILL is delivered at once, but a process exits only once its memory is torn down (the
+    # embedded engine's, under load): seen alive just after the kill in one CI run.
+    wait_for(lambda: not any(alive(pid) for pid in workers), "the killed workers' exit")
     restarted = Server(tmp_path, port=server.port)
     assert restarted.stop() == 0
     check_stored_once(tmp_path, acked)
