@@ -101,6 +101,10 @@ class Sampler:
         self._thread.join()
 
 
+# The server's growth while it streams a 1M-event export, in bytes.
+GROWTH_BOUND = 250e6
+
+
 def _url(server: Server, project: str, fmt: str) -> str:
     return f"{server.url}/api/export?projectId={project}&from=2026-01-10&to=2026-11-30&format={fmt}"
 
@@ -162,12 +166,14 @@ def test_memory_stays_flat_while_a_million_events_stream(served, fmt: str) -> No
     )
     if fmt == "parquet":
         assert tail.endswith(b"PAR1")  # a whole file: the footer came last
-        # Compressed, so the file is small; the writer holds a row group (65,536 rows) at most.
-        assert growth < 200e6, growth
     else:
         assert lines == EVENTS + (fmt == "csv")  # every event, plus the CSV header
         assert size > 400e6
-        assert growth < size / 4, (growth, size)
+    # What the query holds whatever the file's size (its reading of the parts, the writer's row
+    # group for Parquet): 104 to 133 MB measured on an idle machine for each format, from the 33
+    # MB Parquet file to the 843 MB NDJSON, and up to 152 MB in a loaded clean-clone CI. A file
+    # held whole (545 MB CSV, 843 MB NDJSON) is well past it.
+    assert growth < GROWTH_BOUND, (growth, size)
 
 
 SLOW_READ_BYTES = 40_000_000
