@@ -159,7 +159,7 @@ def _query_parses(query: dict) -> bool:
 
 # Making an operation's cases is CPU work: the slowest operations took 52-120 s on an idle machine
 # and over 200 s in a loaded suite before the names' and labels' lengths went into their patterns
-# (:func:`_lengths_into_patterns`), 1-20 s after. The timeout stops a hang, never judges speed.
+# (:func:`_lengths_into_patterns`), 1-24 s after. The timeout stops a hang, never judges speed.
 @pytest.mark.timeout(900)
 @schema.parametrize()
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
