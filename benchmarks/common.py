@@ -61,6 +61,9 @@ def duplicate_events(acknowledged: int, stored: int) -> int:
     return max(0, stored - acknowledged)
 
 
+PORT_TAKEN = "is already in use (another `tally serve`?)"  # tally serve's words
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -211,7 +214,6 @@ def serve(
 ) -> Iterator[Server]:
     """Run `tally serve` (``workers`` processes: a server URL allows more than one) with
     benchmark-friendly limits until the block ends."""
-    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TALLY_")}
     env.update(
         {
@@ -226,25 +228,39 @@ def serve(
     if clickhouse_url:
         env["TALLY_CLICKHOUSE_URL"] = clickhouse_url
     env.update({f"TALLY_{k.upper()}": str(v) for k, v in settings.items()})
-    url = f"http://127.0.0.1:{port}"
-    log = open(data_dir / f"serve-{port}.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tally", "serve", "--port", str(port), "--workers", str(workers)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    # A free port can be taken by another process before the server binds it: the server
+    # refuses it then (tally.supervision.claim_port), and another one is tried.
+    for attempt in range(1, 4):
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        log = open(data_dir / f"serve-{port}.log", "w")  # noqa: SIM115 - closed below
+        command = [sys.executable, "-m", "tally", "serve", "--port", str(port)]
+        command += ["--workers", str(workers)]
+        proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+        try:
+            try:
+                wait_up(proc, f"{url}/api/health", Path(log.name), "tally serve", 120, 0.2)
+                break
+            except RuntimeError:
+                if attempt == 3 or PORT_TAKEN not in Path(log.name).read_text():
+                    raise
+                stop(proc, log)
+        except BaseException as exc:
+            _stopped_by(exc, proc, log)
+            raise
     try:
-        wait_up(proc, f"{url}/api/health", Path(log.name), "tally serve", timeout=120, step=0.2)
         yield Server(url, port, proc)
     except BaseException as exc:
-        stop(proc, log, stop_timeout(exc))
-        # The data folder (often a temporary one) goes with the run: what the server said goes
-        # with the error.
-        exc.add_note(f"the end of tally serve's log:\n{Path(log.name).read_text()[-2000:]}")
+        _stopped_by(exc, proc, log)
         raise
     stop(proc, log)
+
+
+def _stopped_by(exc: BaseException, proc: subprocess.Popen[str], log: IO[str]) -> None:
+    """Stop the server of a run that ``exc`` ended, and note the end of its log on ``exc``: the
+    data folder (often a temporary one) goes with the run, what the server said with the error."""
+    stop(proc, log, stop_timeout(exc))
+    exc.add_note(f"the end of tally serve's log:\n{Path(log.name).read_text()[-2000:]}")
 
 
 def tree(pid: int) -> list[int]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -73,6 +74,27 @@ def chdb_path() -> Path:
 def pytest_unconfigure(config: pytest.Config) -> None:
     """The shared engine's folder goes with the run (every test's data is in it)."""
     shutil.rmtree(CHDB_PATH, ignore_errors=True)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed test that started `tally serve` (tests/served.py) shows the end of each server's
+    log: a crash, a respawned worker or a warning there says what the client could not."""
+    outcome = yield
+    report = outcome.get_result()
+    served = sys.modules.get("served")
+    logs = getattr(served, "STARTED_LOGS", None)
+    if logs is None:
+        return
+    if report.failed:
+        for path in logs:
+            try:
+                tail = path.read_text(errors="replace")[-3000:]
+            except OSError as exc:
+                tail = f"(not readable: {exc})"
+            report.sections.append((f"tally serve log {path.name}", tail))
+    if report.when == "teardown" or report.failed:
+        logs.clear()
 
 
 def make_settings(chdb_path: Path, tmp_path: Path, **overrides: Any) -> Settings:

@@ -16,6 +16,11 @@ import httpx
 
 from conftest import JWT_SECRET, token
 
+# The logs of the servers started by the test that runs now: a failed test shows their ends
+# (conftest.pytest_runtest_makereport), since the data folder holding them may be gone by then.
+STARTED_LOGS: list[Path] = []
+PORT_TAKEN = "is already in use (another `tally serve`?)"  # cli.serve's words
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -55,8 +60,7 @@ class Server:
         healthy: bool = True,
         **settings: str,
     ) -> None:
-        self.data, self.port = data, port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.data = data
         env = {k: v for k, v in os.environ.items() if not k.startswith("TALLY_")}
         env.update(
             TALLY_DATA_DIR=str(data),
@@ -67,17 +71,35 @@ class Server:
             TALLY_KEY_REFRESH_SECONDS="0.5",
         )
         env.update(settings)  # over those defaults
-        self.log = open(data / f"serve-{self.port}.log", "w")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tally", "serve", "--port", str(self.port), *args],
-            cwd=data,  # the embedded engine reads config.xml from its working directory
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        if healthy:
-            wait_healthy(self.url, self.proc, Path(self.log.name).read_text)
+        # A free port can be taken by another test's server or client before this one binds it:
+        # that server refuses it (supervision.claim_port), and another free port is tried.
+        for attempt in range(1, 4):
+            self.port = port or free_port()
+            self.url = f"http://127.0.0.1:{self.port}"
+            self.log = open(data / f"serve-{self.port}.log", "w")  # noqa: SIM115
+            STARTED_LOGS.append(Path(self.log.name))
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tally", "serve", "--port", str(self.port), *args],
+                cwd=data,  # the embedded engine reads config.xml from its working directory
+                env=env,
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            if not healthy:
+                return
+            try:
+                wait_healthy(self.url, self.proc, Path(self.log.name).read_text)
+                return
+            except AssertionError:
+                taken = self.proc.poll() is not None and PORT_TAKEN in self.output()
+                if port is not None or not taken or attempt == 3:
+                    raise
+                self.log.close()
+
+    def output(self) -> str:
+        """What the server has written to its log so far."""
+        return Path(self.log.name).read_text(errors="replace")
 
     def workers(self) -> list[int]:
         """PIDs of the server's granian workers (its child processes)."""

@@ -231,7 +231,7 @@ def serve(host: str, port: int, workers: int, migrate: bool) -> None:
     from granian.constants import HTTPModes, Interfaces
     from granian.http import HTTP1Settings
 
-    from .supervision import PARENT_ENV, port_is_free
+    from .supervision import PARENT_ENV, claim_port, port_is_free
 
     settings = load_settings()
     _setup_logging(settings)
@@ -246,8 +246,9 @@ def serve(host: str, port: int, workers: int, migrate: bool) -> None:
             CountryReader(settings.geoip_db).close()
         except ValueError as exc:
             raise SystemExit(f"tally: invalid configuration: {exc}") from None
-    # granian binds with SO_REUSEPORT, which would let a second server share the port silently.
-    if not port_is_free(host, port):
+    # granian binds with SO_REUSEPORT, which would let a second server share the port silently:
+    # the claim keeps another `tally serve` off it from here to granian's bind (supervision.py).
+    if not claim_port(host, port) or not port_is_free(host, port):
         raise SystemExit(
             f"tally: port {port} on {host} is already in use (another `tally serve`?); stop "
             "that server or choose another port with --port"

@@ -9,7 +9,13 @@ parent dies (``PR_SET_PDEATHSIG``), and everywhere a watchdog thread does the sa
 parent change. Nothing acknowledged is lost by that: an event is acknowledged only once stored.
 
 granian binds its listening socket with ``SO_REUSEPORT``, so a second server on a taken port would
-start and share the traffic. :func:`port_is_free` binds without it first.
+start and share the traffic. :func:`port_is_free` binds without it first. That check alone left
+seconds open (the schema step runs between it and granian's bind): two servers started together
+on one port both passed it, both listened, and the kernel split the connections between them
+(two data folders answering as one address). :func:`claim_port` closes that window: each server
+first takes a name for its address that one process at a time can hold, an abstract Unix socket
+on Linux (scoped, as the port is, to the network namespace, and dropped by the kernel when the
+process and the workers that inherit it are gone).
 
 The embedded ClickHouse engine allows one process per folder: a second ``tally serve`` on it failed
 deep in the engine ("the schema could not be applied"). :func:`hold_lock` takes an exclusive
@@ -96,6 +102,29 @@ def _watch(parent: int) -> None:
         if os.getppid() != parent:
             log.error("the tally serve process (PID %d) is gone: this worker exits", parent)
             _die()
+
+
+# The claims this process holds (see claim_port), open until it exits.
+_claims: list[socket.socket] = []
+
+
+def claim_port(host: str, port: int) -> bool:
+    """Claim ``host:port`` for this process's server until it exits. False when another
+    ``tally serve`` holds the claim (it is starting, or serving, there); True once held, and
+    where there are no abstract sockets (not Linux), which leaves :func:`port_is_free` alone."""
+    if not sys.platform.startswith("linux") or port == 0:
+        return True
+    claim = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        claim.bind(f"\0tally-serve {host} {port}")
+    except OSError as exc:
+        claim.close()
+        if exc.errno == errno.EADDRINUSE:
+            return False
+        log.warning("the port could not be claimed (%s); checked by binding alone", exc)
+        return True
+    _claims.append(claim)
+    return True
 
 
 def port_is_free(host: str, port: int) -> bool:

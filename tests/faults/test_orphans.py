@@ -20,7 +20,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from test_crash import ingest_until, new_key, stored_ids
 
-from served import Server, alive
+from served import PORT_TAKEN, Server, alive, free_port, wait_healthy
 from tally.supervision import port_is_free
 
 pytestmark = pytest.mark.slow
@@ -137,6 +137,31 @@ def test_a_second_server_on_a_taken_port_refuses_to_start(tmp_path):
     # The first server still has the port to itself.
     assert httpx.get(f"{first.url}/api/health", timeout=10).status_code == 200
     assert first.stop() == 0
+
+
+def test_two_servers_started_at_once_on_one_port_do_not_share_it(tmp_path):
+    """Started together on a free port, two servers both passed the port check (the schema step
+    runs between it and granian's bind), both listened (SO_REUSEPORT) and the kernel split the
+    connections between their data folders: a client's requests went to either, one of them
+    dropped when that one stopped. Now one serves and the other refuses the port."""
+    port = free_port()
+    servers = []
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir()
+        servers.append(Server(tmp_path / name, port, healthy=False))
+    try:
+        wait_for(lambda: any(s.proc.poll() is not None for s in servers), "a refusal")
+        (refused,) = [s for s in servers if s.proc.poll() is not None]
+        (serving,) = [s for s in servers if s is not refused]
+        assert refused.proc.returncode != 0
+        assert f"port {port} on 127.0.0.1 {PORT_TAKEN}" in refused.output()
+        wait_healthy(serving.url, serving.proc, serving.output)
+        assert serving.stop() == 0
+    finally:
+        for server in servers:
+            if server.proc.poll() is None:
+                os.killpg(server.proc.pid, signal.SIGKILL)
+                server.proc.wait()
 
 
 def test_killing_the_server_during_its_migrate_step_takes_the_step_with_it(tmp_path):
