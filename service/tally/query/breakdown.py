@@ -100,7 +100,8 @@ def sessions_rollup_sql(query: Query) -> str:
         SELECT h0 AS h, uniqExactArray(vs) AS visitors, sum(pv) AS pageviews, sum(n) AS events
         FROM (SELECT {columns}, groupArrayArray(visitor_list) AS vs,
                      sum(pageviews) AS pv, sum(events) AS n
-              FROM {{db}}.sessions_quarter WHERE {QUARTERS}{bots(query)}
+              FROM {{db}}.sessions_quarter
+              WHERE {QUARTERS}{bots(query)} AND {firsts.candidate_keys(query, QUARTERS)}
               GROUP BY session_key, sessioned HAVING n > 0)
         WHERE h0 NOT IN {firsts.NO_VALUE}{kept}
         GROUP BY h0"""

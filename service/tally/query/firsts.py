@@ -13,6 +13,8 @@ query/filtered.py) and, when the empty value matches it, the hashes that stand f
 from __future__ import annotations
 
 from ..domain.filters import Filter
+from .model import Query
+from .sql import bots
 
 # Per session dimension: sessions_quarter's merge of its number, and session_values' dimension.
 NUMBERS: dict[str, tuple[str, str]] = {
@@ -36,6 +38,13 @@ def hash_of(dimension: str) -> str:
     return f"toUInt64({NUMBERS[dimension][0]})"
 
 
+def row_hash_of(dimension: str) -> str:
+    """The value hash of ``dimension`` in one sessions_quarter row: the session's own when the
+    row is the one its merge picks (the minimum's, or the maximum's, low 64 bits)."""
+    merged = NUMBERS[dimension][0]
+    return f"toUInt64({merged[merged.index('(') + 1 : -1]})"
+
+
 def hit(expr: str, flt: Filter, param: str) -> str:
     """``expr`` (a string) is one of the filter's values, or contains one ignoring case: the
     positive form of every operator; the filter values are the ``param`` parameter."""
@@ -47,16 +56,22 @@ def hit(expr: str, flt: Filter, param: str) -> str:
     return f"({expr} IN {values})"
 
 
-def match(h: str, flt: Filter, param: str) -> str:
-    """The session whose value hash is ``h`` passes ``flt`` (the raw path's meaning, as
-    query/filtered.py's ``match`` on the value itself)."""
+def found(h: str, flt: Filter, param: str) -> str:
+    """The value hash ``h`` is one that ``flt``'s positive form keeps (its operator without
+    the negation)."""
     kind = NUMBERS[flt.dimension.name][1]
     named = (
         f"SELECT value_hash FROM {{db}}.session_values WHERE project_id = {{p:String}} "
         f"AND dimension = '{kind}' AND {hit('value', flt, param)}"
     )
-    found = f"({h} GLOBAL IN ({named}) OR ({h} IN {NO_VALUE} AND {hit(chr(39) * 2, flt, param)}))"
-    return f"NOT {found}" if flt.negated else found
+    return f"({h} GLOBAL IN ({named}) OR ({h} IN {NO_VALUE} AND {hit(chr(39) * 2, flt, param)}))"
+
+
+def match(h: str, flt: Filter, param: str) -> str:
+    """The session whose value hash is ``h`` passes ``flt`` (the raw path's meaning, as
+    query/filtered.py's ``match`` on the value itself)."""
+    kept = found(h, flt, param)
+    return f"NOT {kept}" if flt.negated else kept
 
 
 def named_rows(rows: str, dimension: str) -> str:
@@ -72,3 +87,22 @@ def named_rows(rows: str, dimension: str) -> str:
                     WHERE project_id = {{p:String}} AND dimension = '{NUMBERS[dimension][1]}'
                     GROUP BY value_hash) AS named ON named.value_hash = top.h
         ORDER BY visitors DESC, pageviews DESC, value ASC LIMIT {{limit:UInt32}}"""
+
+
+def candidate_keys(query: Query, quarters: str) -> str:
+    """A condition on ``session_key`` that every session passing the session filters meets,
+    decided row by row: for each filter that keeps some values (not a negated one) the session
+    has a row of sessions_quarter in the window whose own value hash it keeps, since the row
+    that the session's merge picks is one. Grouping only those sessions' rows gives the sessions
+    that grouping all of the window's gives, at a fraction of the cost when the filter keeps a
+    fraction of the sessions. ``quarters`` is the window's condition on the rows; the filter values
+    are the ``f0``, ``f1``, ... parameters. "1" when no filter narrows them."""
+    return (
+        " AND ".join(
+            f"session_key IN (SELECT session_key FROM {{db}}.sessions_quarter "
+            f"WHERE {quarters}{bots(query)} AND {found(row_hash_of(f.dimension.name), f, f'f{i}')})"
+            for i, f in enumerate(query.filters)
+            if f.dimension.is_session and not f.negated
+        )
+        or "1"
+    )

@@ -29,6 +29,7 @@ from ..domain.metrics import LIST_LIMIT
 from . import audience
 from .filtered import (
     LOCAL,
+    QUARTERS,
     base_sql,
     daily_session_metrics_sql,
     dashboard_sql,
@@ -37,6 +38,7 @@ from .filtered import (
     session_filters_having,
     session_metrics_sql,
 )
+from .firsts import candidate_keys
 from .model import Query
 
 # The grouping sets of *facts*, in ``grouping()``'s argument order.
@@ -142,7 +144,8 @@ def sessions_sql(query: Query, rollup: bool = True) -> str:
         # days of session_days when it has a kept event (a semi-join on the kept events'
         # keys); under both, its rows of sessions_quarter by that semi-join.
         if events == "1":
-            return rollup_session_metrics_sql(query, having=session_filters_having(query))
+            having = session_filters_having(query)
+            return rollup_session_metrics_sql(query, having, keys=candidate_keys(query, QUARTERS))
         if session == "1":  # event filters only: the kept sessions' days (session_days)
             return daily_session_metrics_sql(query, kept_keys, events)
         return rollup_session_metrics_sql(query, keys=f"session_key IN ({kept_keys})")
