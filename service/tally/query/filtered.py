@@ -138,10 +138,10 @@ def kept_conditions(query: Query, rollup: bool = True) -> tuple[str, str]:
             # The matching sessions from sessions_quarter (one row per session and 15 minutes)
             # rather than by grouping the window's raw events by session: the same values, as
             # hashes matched on session_values' names (schema 012, query/firsts.py).
-            # Every session of the window grouped, on its key and value hashes alone: restricted
-            # first to the candidates (firsts.candidate_keys) it took longer (245 ms against
-            # 200 on a 10M-event tenant's 1.5M sessions), as the restriction costs more than the
-            # narrow grouping it saves.
+            # Every session of the window is grouped here, on its key and value hashes alone:
+            # restricting it to the candidates first (firsts.candidate_keys) took longer, 245 ms
+            # against 200 on a 10M-event tenant's 1.5M sessions, since the restriction cost more
+            # than the narrow grouping it saved.
             session = (
                 f"skey IN (SELECT session_key FROM {{db}}.sessions_quarter WHERE {QUARTERS}"
                 f"{bots(query)} GROUP BY session_key, sessioned "
