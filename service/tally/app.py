@@ -23,7 +23,7 @@ from .config import Settings, load_settings
 from .domain import zones
 from .domain.geo import CountryReader
 from .domain.privacy import IpHasher
-from .http import collect_fast, compression, cors, openapi_doc
+from .http import collect_fast, compression, cors, drain, openapi_doc
 from .http.access import ProjectLocks, true_allow
 from .http.auth import SessionVerifier
 from .http.breakdown import breakdown
@@ -273,6 +273,11 @@ def create_app(settings: Settings, *, migrate: bool = False) -> Litestar:
     # POST /api/collect answered without the framework's per-request layers (same checks, same
     # answers; http/collect_fast.py). Tests switch it off through state.collect_fast.enabled.
     app.state.collect_fast = collect_fast.install(app)
+    # Around everything: an answer sent before the body was read reads it first, or closes the
+    # connection saying so (http/drain.py).
+    app.asgi_handler = drain.DrainUnread(
+        app.asgi_handler, settings.max_body_bytes, settings.body_timeout_seconds
+    )
     return app
 
 
