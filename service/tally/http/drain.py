@@ -22,15 +22,10 @@ from typing import Any
 
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
+from .timeouts import declares_body
+
 # Answers that refuse the body itself: it is not read, the connection closes.
 _REFUSING = frozenset({408, 413})
-
-
-def _declares_body(scope: Scope) -> bool:
-    for name, value in scope["headers"]:
-        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
-            return True
-    return False
 
 
 class DrainUnread:
@@ -42,7 +37,7 @@ class DrainUnread:
         self.app, self.cap, self.seconds = app, cap, seconds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not _declares_body(scope):
+        if scope["type"] != "http" or not declares_body(scope):
             await self.app(scope, receive, send)
             return
         whole = False  # the body's last message was received, or the client left

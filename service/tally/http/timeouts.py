@@ -46,7 +46,7 @@ def body_deadline(seconds: float) -> Any:
             # 6.3). A GET's empty body is handed over by the server in its own time: under load
             # granian had not when the export's first chunk was read and the disconnect watch
             # that asked for it was stopped; the deadline then cut the export off mid-body.
-            arrived = scope.get("http_version") in ("1.0", "1.1") and not _declares_body(scope)
+            arrived = scope.get("http_version") in ("1.0", "1.1") and not declares_body(scope)
             answering = False  # the response has started: a 408 can no longer be sent
 
             async def receive_in_time() -> Any:
@@ -79,7 +79,9 @@ def body_deadline(seconds: float) -> Any:
     return middleware
 
 
-def _declares_body(scope: Scope) -> bool:
+def declares_body(scope: Scope) -> bool:
+    """Whether an HTTP/1 request has a body (RFC 9112 6.3: a Content-Length other than 0, or a
+    Transfer-Encoding)."""
     for name, value in scope["headers"]:
         if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
             return True
