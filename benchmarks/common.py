@@ -61,9 +61,6 @@ def duplicate_events(acknowledged: int, stored: int) -> int:
     return max(0, stored - acknowledged)
 
 
-PORT_TAKEN = "is already in use (another `tally serve`?)"  # tally serve's words
-
-
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -228,6 +225,8 @@ def serve(
     if clickhouse_url:
         env["TALLY_CLICKHOUSE_URL"] = clickhouse_url
     env.update({f"TALLY_{k.upper()}": str(v) for k, v in settings.items()})
+    from tally.supervision import PORT_TAKEN
+
     # A free port can be taken by another process before the server binds it: the server
     # refuses it then (tally.supervision.claim_port), and another one is tried.
     for attempt in range(1, 4):

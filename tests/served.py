@@ -15,11 +15,11 @@ from pathlib import Path
 import httpx
 
 from conftest import JWT_SECRET, token
+from tally.supervision import PORT_TAKEN
 
 # The logs of the servers started by the test that runs now: a failed test shows their ends
 # (conftest.pytest_runtest_makereport), since the data folder holding them may be gone by then.
 STARTED_LOGS: list[Path] = []
-PORT_TAKEN = "is already in use (another `tally serve`?)"  # cli.serve's words
 
 
 def free_port() -> int:
@@ -89,7 +89,7 @@ class Server:
             if not healthy:
                 return
             try:
-                wait_healthy(self.url, self.proc, Path(self.log.name).read_text)
+                wait_healthy(self.url, self.proc, self.output)
                 return
             except AssertionError:
                 taken = self.proc.poll() is not None and PORT_TAKEN in self.output()

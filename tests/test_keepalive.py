@@ -38,7 +38,7 @@ def _request(path: str, headers: dict[str, str], body: bytes) -> tuple[bytes, by
 
 
 def _answer(sock: socket.socket) -> bytes:
-    """The answer's status line and headers, and its body (by Content-Length)."""
+    """The answer's status line and headers (its body, by Content-Length, is read past)."""
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = sock.recv(65536)

@@ -231,7 +231,7 @@ def serve(host: str, port: int, workers: int, migrate: bool) -> None:
     from granian.constants import HTTPModes, Interfaces
     from granian.http import HTTP1Settings
 
-    from .supervision import PARENT_ENV, claim_port, port_is_free
+    from .supervision import PARENT_ENV, PORT_TAKEN, claim_port, port_is_free
 
     settings = load_settings()
     _setup_logging(settings)
@@ -250,7 +250,7 @@ def serve(host: str, port: int, workers: int, migrate: bool) -> None:
     # the claim keeps another `tally serve` off it from here to granian's bind (supervision.py).
     if not claim_port(host, port) or not port_is_free(host, port):
         raise SystemExit(
-            f"tally: port {port} on {host} is already in use (another `tally serve`?); stop "
+            f"tally: port {port} on {host} {PORT_TAKEN}; stop "
             "that server or choose another port with --port"
         )
     if settings.embedded and workers > 1:

@@ -104,6 +104,8 @@ def _watch(parent: int) -> None:
             _die()
 
 
+# How `tally serve` says its port is taken (tests and benchmarks retry another port on it).
+PORT_TAKEN = "is already in use (another `tally serve`?)"
 # The claims this process holds (see claim_port), open until it exits.
 _claims: list[socket.socket] = []
 

@@ -16,17 +16,18 @@ from ..domain.filters import Filter
 from .model import Query
 from .sql import bots
 
-# Per session dimension: sessions_quarter's merge of its number, and session_values' dimension.
-NUMBERS: dict[str, tuple[str, str]] = {
-    "source": ("min(source_first)", "source"),
-    "channel": ("min(channel_first)", "channel"),
-    "utmSource": ("min(utm_source_first)", "utm_source"),
-    "utmMedium": ("min(utm_medium_first)", "utm_medium"),
-    "utmCampaign": ("min(utm_campaign_first)", "utm_campaign"),
-    "utmContent": ("min(utm_content_first)", "utm_content"),
-    "utmTerm": ("min(utm_term_first)", "utm_term"),
-    "entryPage": ("min(entry_page_first)", "path"),
-    "exitPage": ("max(exit_page_last)", "path"),
+# Per session dimension: sessions_quarter's merge of its number (the aggregate and the column), and
+# session_values' dimension.
+NUMBERS: dict[str, tuple[str, str, str]] = {
+    "source": ("min", "source_first", "source"),
+    "channel": ("min", "channel_first", "channel"),
+    "utmSource": ("min", "utm_source_first", "utm_source"),
+    "utmMedium": ("min", "utm_medium_first", "utm_medium"),
+    "utmCampaign": ("min", "utm_campaign_first", "utm_campaign"),
+    "utmContent": ("min", "utm_content_first", "utm_content"),
+    "utmTerm": ("min", "utm_term_first", "utm_term"),
+    "entryPage": ("min", "entry_page_first", "path"),
+    "exitPage": ("max", "exit_page_last", "path"),
 }
 # The hashes that stand for the empty value: the neutral numbers' low 64 bits (a session without
 # a pageview has no entry or exit page) and the empty string's.
@@ -35,14 +36,14 @@ NO_VALUE = "(0, 18446744073709551615, cityHash64(''))"
 
 def hash_of(dimension: str) -> str:
     """The session's value hash of ``dimension``, an aggregate over its sessions_quarter rows."""
-    return f"toUInt64({NUMBERS[dimension][0]})"
+    merge, column, _ = NUMBERS[dimension]
+    return f"toUInt64({merge}({column}))"
 
 
 def row_hash_of(dimension: str) -> str:
     """The value hash of ``dimension`` in one sessions_quarter row: the session's own when the
     row is the one its merge picks (the minimum's, or the maximum's, low 64 bits)."""
-    merged = NUMBERS[dimension][0]
-    return f"toUInt64({merged[merged.index('(') + 1 : -1]})"
+    return f"toUInt64({NUMBERS[dimension][1]})"
 
 
 def hit(expr: str, flt: Filter, param: str) -> str:
@@ -59,7 +60,7 @@ def hit(expr: str, flt: Filter, param: str) -> str:
 def found(h: str, flt: Filter, param: str) -> str:
     """The value hash ``h`` is one that ``flt``'s positive form keeps (its operator without
     the negation)."""
-    kind = NUMBERS[flt.dimension.name][1]
+    kind = NUMBERS[flt.dimension.name][2]
     named = (
         f"SELECT value_hash FROM {{db}}.session_values WHERE project_id = {{p:String}} "
         f"AND dimension = '{kind}' AND {hit('value', flt, param)}"
@@ -84,7 +85,7 @@ def named_rows(rows: str, dimension: str) -> str:
         FROM ({rows} ORDER BY visitors DESC, pageviews DESC LIMIT {{limit:UInt32}} WITH TIES)
              AS top
         INNER JOIN (SELECT value_hash, any(value) AS value FROM {{db}}.session_values
-                    WHERE project_id = {{p:String}} AND dimension = '{NUMBERS[dimension][1]}'
+                    WHERE project_id = {{p:String}} AND dimension = '{NUMBERS[dimension][2]}'
                     GROUP BY value_hash) AS named ON named.value_hash = top.h
         ORDER BY visitors DESC, pageviews DESC, value ASC LIMIT {{limit:UInt32}}"""
 
