@@ -296,6 +296,8 @@ def test_smoke_run_of_the_suite(tmp_path):
     assert {"machine.cores", "storage", "git_commit"} <= set(keys)
     # The queries module runs in the suite; its own smoke run (another 90 s) checked the same.
     check_queries(results)
+    # The export module too (a run of its own with --only export took another 13 s).
+    check_export(results)
     if importlib.util.find_spec("matplotlib"):  # the plot is named after the results
         assert f"plot: {ROOT / 'benchmarks' / 'results' / 'smoke.png'}" in done.stdout
     if "ingest" in results:
@@ -315,13 +317,8 @@ def test_smoke_run_of_the_suite(tmp_path):
             assert name in keys
 
 
-@pytest.mark.slow
-def test_smoke_run_of_the_export_benchmark():
-    args = [sys.executable, "-m", "benchmarks", "--smoke", "--only", "export"]
-    args += ["--output", "smoke-export.json"]
-    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = json.loads((ROOT / "benchmarks" / "results" / "smoke-export.json").read_text())
+def check_export(results: dict) -> None:
+    """The export module's figures, from the smoke run of the whole suite."""
     assert results["export"]["events"] == 2_000
     for fmt in ("csv", "ndjson", "parquet", "csv_gzip", "ndjson_gzip"):
         row = results["export"][fmt]
