@@ -78,8 +78,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    """A failed test that started `tally serve` (tests/served.py) shows the end of each server's
-    log: a crash, a respawned worker or a warning there says what the client could not."""
+    """A failed test that started `tally serve` (tests/served.py), or ran while one was running,
+    shows the end of each such server's log: a crash, a respawned worker or a warning there says
+    what the client could not."""
     outcome = yield
     report = outcome.get_result()
     served = sys.modules.get("served")
@@ -87,7 +88,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if logs is None:
         return
     if report.failed:
-        for path in logs:
+        # This test's servers, and those still running from before it (a module's server).
+        for path in dict.fromkeys([*logs, *served.RUNNING_LOGS]):
             try:
                 tail = path.read_text(errors="replace")[-3000:]
             except OSError as exc:

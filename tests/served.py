@@ -20,6 +20,9 @@ from tally.supervision import PORT_TAKEN
 # The logs of the servers started by the test that runs now: a failed test shows their ends
 # (conftest.pytest_runtest_makereport), since the data folder holding them may be gone by then.
 STARTED_LOGS: list[Path] = []
+# The logs of the servers still running, whichever test started them: a module's server, started
+# for its first test, shows for a failure of any test after it.
+RUNNING_LOGS: dict[Path, None] = {}
 
 
 def free_port() -> int:
@@ -78,6 +81,7 @@ class Server:
             self.url = f"http://127.0.0.1:{self.port}"
             self.log = open(data / f"serve-{self.port}.log", "w")  # noqa: SIM115
             STARTED_LOGS.append(Path(self.log.name))
+            RUNNING_LOGS[Path(self.log.name)] = None
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "tally", "serve", "--port", str(self.port), *args],
                 cwd=data,  # the embedded engine reads config.xml from its working directory
@@ -95,7 +99,11 @@ class Server:
                 taken = self.proc.poll() is not None and PORT_TAKEN in self.output()
                 if port is not None or not taken or attempt == 3:
                     raise
-                self.log.close()
+                self._closed()
+
+    def _closed(self) -> None:
+        self.log.close()
+        RUNNING_LOGS.pop(Path(self.log.name), None)
 
     def output(self) -> str:
         """What the server has written to its log so far."""
@@ -133,14 +141,14 @@ class Server:
     def kill(self) -> None:
         os.killpg(self.proc.pid, signal.SIGKILL)  # granian's workers too: a machine crash
         self.proc.wait(timeout=30)
-        self.log.close()
+        self._closed()
 
     def stop(self, timeout: float = 60) -> int:
         self.proc.send_signal(signal.SIGTERM)
         try:
             return self.proc.wait(timeout=timeout)
         finally:
-            self.log.close()
+            self._closed()
 
 
 def children(pid: int) -> list[int]:
